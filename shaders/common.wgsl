@@ -1,0 +1,79 @@
+// Helpers shared by generated kernels. Appended to a kernel's source when it uses them.
+
+fn is_nan_f(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn nan_f() -> f32 {
+    return bitcast<f32>(0x7fc00000u);
+}
+
+// max/min that propagate NaN, as PyTorch's maximum/minimum do.
+fn max_f(a: f32, b: f32) -> f32 {
+    if (is_nan_f(a) || is_nan_f(b)) {
+        return a + b;
+    }
+    return max(a, b);
+}
+
+fn min_f(a: f32, b: f32) -> f32 {
+    if (is_nan_f(a) || is_nan_f(b)) {
+        return a + b;
+    }
+    return min(a, b);
+}
+
+// pow with the sign and zero rules of C's pow for integral exponents.
+fn pow_f(a: f32, b: f32) -> f32 {
+    if (b == 0.0) {
+        return 1.0;
+    }
+    if (is_nan_f(a) || is_nan_f(b)) {
+        return a + b;
+    }
+    let r = exp2(b * log2(abs(a)));
+    if (a < 0.0) {
+        if (fract(b) != 0.0) {
+            return nan_f();
+        }
+        if (fract(b * 0.5) != 0.0) {
+            return -r;
+        }
+    }
+    return r;
+}
+
+// erf, Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7).
+fn erf_f(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let p = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t;
+    let y = 1.0 - p * exp(-a * a);
+    return select(y, -y, x < 0.0);
+}
+
+// tanh that saturates instead of overflowing exp.
+fn tanh_f(x: f32) -> f32 {
+    if (abs(x) > 10.0) {
+        return select(1.0, -1.0, x < 0.0);
+    }
+    return tanh(x);
+}
+
+// Counter-based RNG: a PCG output permutation of (index, seed, stream).
+fn pcg_hash(v: u32) -> u32 {
+    let s = v * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
+fn rand_uniform(i: u32, lo: u32, hi: u32, stream: u32) -> f32 {
+    let bits = pcg_hash(pcg_hash(i ^ lo) ^ hi ^ (stream * 0x9e3779b9u));
+    return f32(bits >> 8u) * (1.0 / 16777216.0);
+}
+
+fn rand_normal(i: u32, lo: u32, hi: u32) -> f32 {
+    let u1 = rand_uniform(i, lo, hi, 1u);
+    let u2 = rand_uniform(i, lo, hi, 2u);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}

@@ -1,0 +1,98 @@
+// Batched matmul C[b] = A[b] @ B[b] with broadcast batch axes. Each workgroup computes a
+// BM x BN tile of C; each of its 16 x 16 invocations a TM x TN block in registers.
+// K advances in BK-wide tiles staged in workgroup memory.
+// meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
+//       size, A stride, B stride (stride 0 where that operand broadcasts).
+
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 16u;
+const TM: u32 = 4u;
+const TN: u32 = 4u;
+
+var<workgroup> tile_a: array<f32, 1024>; // BK x BM, k-major
+var<workgroup> tile_b: array<f32, 1024>; // BK x BN, k-major
+
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let M = m(0u);
+    let N = m(1u);
+    let K = m(2u);
+    let nb = m(3u);
+
+    var rem = wid.z;
+    var off_a = 0u;
+    var off_b = 0u;
+    for (var d = nb; d > 0u; d = d - 1u) {
+        let base = 4u + (d - 1u) * 3u;
+        let size = m(base);
+        let c = rem % size;
+        rem = rem / size;
+        off_a = off_a + c * m(base + 1u);
+        off_b = off_b + c * m(base + 2u);
+    }
+
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tid = lid.y * 16u + lid.x;
+
+    var acc: array<f32, 16>;
+    for (var i = 0u; i < 16u; i = i + 1u) {
+        acc[i] = 0.0;
+    }
+
+    for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
+        for (var l = 0u; l < 4u; l = l + 1u) {
+            let e = tid + l * 256u;
+            let r = e / BK;
+            let kk = e % BK;
+            let gr = row0 + r;
+            let gk = k0 + kk;
+            var v = 0.0;
+            if (gr < M && gk < K) {
+                v = ld_a(off_a + gr * K + gk);
+            }
+            tile_a[kk * BM + r] = v;
+        }
+        for (var l = 0u; l < 4u; l = l + 1u) {
+            let e = tid + l * 256u;
+            let kk = e / BN;
+            let c = e % BN;
+            let gk = k0 + kk;
+            let gc = col0 + c;
+            var v = 0.0;
+            if (gk < K && gc < N) {
+                v = ld_b(off_b + gk * N + gc);
+            }
+            tile_b[kk * BN + c] = v;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            var a: array<f32, 4>;
+            var b: array<f32, 4>;
+            for (var i = 0u; i < TM; i = i + 1u) {
+                a[i] = tile_a[kk * BM + lid.y * TM + i];
+            }
+            for (var j = 0u; j < TN; j = j + 1u) {
+                b[j] = tile_b[kk * BN + lid.x * TN + j];
+            }
+            for (var i = 0u; i < TM; i = i + 1u) {
+                for (var j = 0u; j < TN; j = j + 1u) {
+                    acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let off_c = wid.z * M * N;
+    for (var i = 0u; i < TM; i = i + 1u) {
+        for (var j = 0u; j < TN; j = j + 1u) {
+            let r = row0 + lid.y * TM + i;
+            let c = col0 + lid.x * TN + j;
+            if (r < M && c < N) {
+                out[off_c + r * N + c] = acc[i * TN + j];
+            }
+        }
+    }
+}

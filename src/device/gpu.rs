@@ -1,0 +1,363 @@
+//! The wgpu backend: adapter choice, device creation, error capture, the pipeline cache,
+//! uploads and readback.
+
+use super::pool::{BufferPool, PooledBuffer};
+use super::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
+use crate::kernels::{IndexCheck, ShaderCaps};
+use crate::stats::{Counter, Counters};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Storage usage of every tensor buffer.
+pub(crate) const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// A realised tensor on the GPU, with the bounds checks its computation still owes.
+pub(crate) struct GpuStorage {
+    pub buffer: Arc<PooledBuffer>,
+    pub checks: Vec<Arc<PendingCheck>>,
+}
+
+/// Status words of gather/index_select kernels, copied to a mappable buffer in the
+/// submit that ran them; read (once) before any value depending on them is returned.
+pub(crate) struct PendingCheck {
+    pub staging: PooledBuffer,
+    pub checks: Vec<IndexCheck>,
+    pub result: Mutex<Option<Result<()>>>,
+}
+
+pub(crate) struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: DeviceInfo,
+    pub caps: ShaderCaps,
+    pub pool: BufferPool,
+    pub counters: Arc<Counters>,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pub lost: Arc<Mutex<Option<String>>>,
+    pub uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+fn type_rank(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn backend_rank(b: wgpu::Backend) -> u32 {
+    match b {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 | wgpu::Backend::BrowserWebGpu => 0,
+        wgpu::Backend::Gl => 1,
+        _ => 2,
+    }
+}
+
+fn capabilities(subgroup_sizes: (u32, u32), features: wgpu::Features, limits: &wgpu::Limits) -> Capabilities {
+    let subgroups = features.contains(wgpu::Features::SUBGROUP);
+    Capabilities {
+        shader_f16: features.contains(wgpu::Features::SHADER_F16),
+        subgroups,
+        subgroup_min_size: if subgroups { subgroup_sizes.0 } else { 0 },
+        subgroup_max_size: if subgroups { subgroup_sizes.1 } else { 0 },
+        timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
+        max_buffer_size: limits.max_buffer_size,
+        max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
+        max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
+        max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+        max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+    }
+}
+
+fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
+    let info = a.get_info();
+    AdapterDescription {
+        index,
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        capabilities: capabilities((info.subgroup_min_size, info.subgroup_max_size), a.features(), &a.limits()),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn instance() -> &'static wgpu::Instance {
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        if std::env::var("WGPU_BACKEND").is_err() {
+            desc.backends = wgpu::Backends::all();
+        }
+        wgpu::Instance::new(desc)
+    })
+}
+
+/// Adapters, best first: device type, then backend (Vulkan/Metal/DX12 before GL).
+async fn adapters() -> Vec<wgpu::Adapter> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let mut v = instance().enumerate_adapters(wgpu::Backends::all()).await;
+        v.sort_by_key(|a| {
+            let i = a.get_info();
+            (type_rank(i.device_type), backend_rank(i.backend))
+        });
+        v
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let opts = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+        };
+        instance.request_adapter(&opts).await.into_iter().collect()
+    }
+}
+
+pub(crate) async fn list_adapters() -> Vec<AdapterDescription> {
+    adapters().await.iter().enumerate().map(|(i, a)| describe(i, a)).collect()
+}
+
+fn no_adapter_help() -> String {
+    if cfg!(target_arch = "wasm32") {
+        "this browser exposes no WebGPU adapter: use a browser with WebGPU enabled (Chrome/Edge 113+, or Chromium with --enable-unsafe-webgpu)".into()
+    } else {
+        "wgpu found no Vulkan, Metal, DX12 or GL adapter. On Linux without a GPU install Mesa's lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`); or use Device::cpu()".into()
+    }
+}
+
+impl GpuContext {
+    pub async fn open(options: &DeviceOptions) -> Result<GpuContext> {
+        let env = DeviceOptions::from_env();
+        let wanted = options.adapter.clone().or(env.adapter);
+        let force_fallback = options.force_fallback || env.force_fallback;
+        let all = adapters().await;
+        if all.is_empty() {
+            return Err(Error::NoAdapter(no_adapter_help()));
+        }
+        let adapter = if let Some(i) = options.adapter_index {
+            all.into_iter().nth(i).ok_or_else(|| Error::NoAdapter(format!("no adapter at index {i}")))?
+        } else if let Some(w) = wanted {
+            let wl = w.to_lowercase();
+            let names: Vec<String> = all.iter().map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?})", i.name, i.backend)
+            }).collect();
+            all.into_iter()
+                .find(|a| {
+                    let i = a.get_info();
+                    i.name.to_lowercase().contains(&wl) || format!("{:?}", i.backend).to_lowercase().contains(&wl)
+                })
+                .ok_or_else(|| Error::NoAdapter(format!("no adapter matches TESSERA_ADAPTER={w:?}; found: {}", names.join(", "))))?
+        } else {
+            all.into_iter().next().ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
+        };
+        let info = adapter.get_info();
+        let mut features = wgpu::Features::TIMESTAMP_QUERY;
+        if !force_fallback {
+            features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        }
+        features &= adapter.features();
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tessera"),
+                required_features: features,
+                required_limits: limits,
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("{} ({:?}) refused a device: {e}", info.name, info.backend)))?;
+        let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
+        ctx.info.name = info.name.clone();
+        ctx.info.backend = format!("{:?}", info.backend);
+        ctx.info.device_type = format!("{:?}", info.device_type);
+        ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
+        ctx.info.capabilities = capabilities((info.subgroup_min_size, info.subgroup_max_size), ctx.device.features(), &ctx.device.limits());
+        Ok(ctx)
+    }
+
+    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue, forced_fallback: bool) -> GpuContext {
+        let lost = Arc::new(Mutex::new(None));
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        {
+            let lost = lost.clone();
+            device.set_device_lost_callback(move |reason, msg| {
+                if let Ok(mut l) = lost.lock() {
+                    *l = Some(format!("{reason:?}: {msg}"));
+                }
+            });
+            let un = uncaptured.clone();
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                if let Ok(mut u) = un.lock() {
+                    u.push(e.to_string());
+                }
+            }));
+        }
+        let features = device.features();
+        let limits = device.limits();
+        let caps = capabilities((0, 0), features, &limits);
+        let counters = Arc::new(Counters::default());
+        GpuContext {
+            caps: ShaderCaps {
+                native_f16: caps.shader_f16,
+                max_workgroups: caps.max_compute_workgroups_per_dimension,
+            },
+            info: DeviceInfo {
+                name: "wgpu device".into(),
+                backend: "wgpu".into(),
+                device_type: "Other".into(),
+                driver: String::new(),
+                forced_fallback,
+                capabilities: caps,
+            },
+            pool: BufferPool::new(counters.clone()),
+            counters,
+            pipelines: Mutex::new(HashMap::new()),
+            lost,
+            uncaptured,
+            device,
+            queue,
+        }
+    }
+
+    /// `Err(DeviceLost)` once the device is gone.
+    pub fn check_alive(&self) -> Result<()> {
+        match self.lost.lock().ok().and_then(|l| l.clone()) {
+            Some(reason) => Err(Error::DeviceLost(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Errors wgpu reported outside any scope since the last call.
+    pub fn take_uncaptured(&self, context: &str) -> Result<()> {
+        let errs: Vec<String> = self.uncaptured.lock().map(|mut u| std::mem::take(&mut *u)).unwrap_or_default();
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Gpu { context: context.into(), message: errs.join("; ") })
+        }
+    }
+
+    /// A storage buffer holding `bytes` (a multiple of 4).
+    pub fn upload(&self, bytes: &[u8]) -> GpuStorage {
+        let buffer = self.pool.get(&self.device, bytes.len() as u64, STORAGE);
+        if !bytes.is_empty() {
+            self.queue.write_buffer(buffer.buffer(), 0, bytes);
+        }
+        GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() }
+    }
+
+    /// The compiled pipeline for `source`, from the cache or compiled now.
+    pub fn pipeline(&self, label: &str, source: &str) -> Arc<wgpu::ComputePipeline> {
+        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
+            self.counters.add(Counter::PipelineHits, 1);
+            return p;
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
+        self.counters.add(Counter::Pipelines, 1);
+        if let Ok(mut c) = self.pipelines.lock() {
+            c.insert(source.to_string(), p.clone());
+        }
+        p
+    }
+
+    /// Map `buffers` for reading and return their bytes (first `len` bytes of each).
+    pub async fn map_read(&self, buffers: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>> {
+        let mut receivers = Vec::new();
+        for (b, len) in buffers {
+            let (tx, rx) = futures_channel::oneshot::channel();
+            let len = (*len).max(4);
+            b.map_async(wgpu::MapMode::Read, 0..len, move |r| {
+                let _ = tx.send(r);
+            });
+            receivers.push(rx);
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| match e {
+                    wgpu::PollError::Timeout => Error::Gpu { context: "readback".into(), message: e.to_string() },
+                    _ => Error::DeviceLost(e.to_string()),
+                })?;
+        }
+        let mut out = Vec::new();
+        for (rx, (b, len)) in receivers.into_iter().zip(buffers) {
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.check_alive()?;
+                    return Err(Error::Gpu { context: "readback map".into(), message: e.to_string() });
+                }
+                Err(_) => {
+                    self.check_alive()?;
+                    return Err(Error::DeviceLost("readback callback dropped".into()));
+                }
+            }
+            let len = (*len).max(4);
+            let bytes = {
+                let view = b
+                    .get_mapped_range(0..len)
+                    .map_err(|e| Error::Gpu { context: "readback view".into(), message: e.to_string() })?;
+                view.to_vec()
+            };
+            b.unmap();
+            out.push(bytes);
+        }
+        Ok(out)
+    }
+
+    /// Resolve every pending bounds check in `checks`, reading their status words.
+    pub async fn resolve_checks(&self, checks: &[Arc<PendingCheck>]) -> Result<()> {
+        let todo: Vec<&Arc<PendingCheck>> = checks
+            .iter()
+            .filter(|c| c.result.lock().map(|r| r.is_none()).unwrap_or(true))
+            .collect();
+        if !todo.is_empty() {
+            let bufs: Vec<(&wgpu::Buffer, u64)> =
+                todo.iter().map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64)).collect();
+            let words = self.map_read(&bufs).await?;
+            for (c, bytes) in todo.iter().zip(words) {
+                let mut res = Ok(());
+                for (k, chk) in c.checks.iter().enumerate() {
+                    let w = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+                    if w(2 * k) != 0 {
+                        res = Err(chk.error(w(2 * k + 1) as i32 as i64));
+                        break;
+                    }
+                }
+                if let Ok(mut r) = c.result.lock() {
+                    *r = Some(res);
+                }
+            }
+        }
+        for c in checks {
+            if let Some(Err(e)) = c.result.lock().ok().and_then(|r| r.clone()) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! Devices: adapter choice, capabilities, and the two backends a schedule runs on, a
+//! wgpu GPU device ([`gpu`]) and the CPU reference interpreter.
+
+pub(crate) mod gpu;
+pub(crate) mod pool;
+
+use crate::stats::{Counters, Stats};
+use crate::{DType, Error, Result, Shape, Tensor};
+use std::sync::Arc;
+
+
+/// What an adapter can do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `shader-f16` is available (and not disabled by a forced fallback).
+    pub shader_f16: bool,
+    /// Subgroup operations are available.
+    pub subgroups: bool,
+    /// Smallest and largest subgroup size the adapter reports (0 when unknown).
+    pub subgroup_min_size: u32,
+    pub subgroup_max_size: u32,
+    /// Timestamp queries are available.
+    pub timestamp_query: bool,
+    /// The largest storage buffer one binding may cover.
+    pub max_storage_buffer_binding_size: u64,
+    /// The largest buffer.
+    pub max_buffer_size: u64,
+    /// Storage buffers one compute stage may bind.
+    pub max_storage_buffers_per_shader_stage: u32,
+    /// Workgroups per dispatch dimension.
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Invocations per workgroup.
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Workgroup memory in bytes.
+    pub max_compute_workgroup_storage_size: u32,
+}
+
+/// Describes a device: its adapter and capabilities.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Adapter name (`llvmpipe (LLVM 15.0.6, 256 bits)`, `NVIDIA H200`, `cpu`).
+    pub name: String,
+    /// `Vulkan`, `Gl`, `Metal`, `Dx12`, `BrowserWebGpu`, or `Cpu` for the reference backend.
+    pub backend: String,
+    /// `DiscreteGpu`, `IntegratedGpu`, `Cpu`, ...
+    pub device_type: String,
+    /// Driver name and version, where the adapter reports them.
+    pub driver: String,
+    /// Whether the f16 path is the packed fallback because it was forced.
+    pub forced_fallback: bool,
+    pub capabilities: Capabilities,
+}
+
+/// An adapter found by [`Device::list`].
+#[derive(Clone, Debug)]
+pub struct AdapterDescription {
+    /// Position in the list; pass it as [`DeviceOptions::adapter_index`].
+    pub index: usize,
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub capabilities: Capabilities,
+}
+
+/// How to pick and open a device.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceOptions {
+    /// Pick the first adapter whose name or backend contains this (case-insensitive).
+    /// Defaults to the `TESSERA_ADAPTER` environment variable.
+    pub adapter: Option<String>,
+    /// Pick the adapter at this index of [`Device::list`].
+    pub adapter_index: Option<usize>,
+    /// Use every fallback path (packed f16, no subgroups). Defaults to
+    /// `TESSERA_FORCE_FALLBACK=1`.
+    pub force_fallback: bool,
+}
+
+impl DeviceOptions {
+    /// Options from the environment (`TESSERA_ADAPTER`, `TESSERA_FORCE_FALLBACK`).
+    pub fn from_env() -> Self {
+        let env = |k: &str| {
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                std::env::var(k).ok().filter(|v| !v.is_empty())
+            }
+            #[cfg(target_arch = "wasm32")]
+            {
+                let _ = k;
+                None::<String>
+            }
+        };
+        DeviceOptions {
+            adapter: env("TESSERA_ADAPTER"),
+            adapter_index: None,
+            force_fallback: env("TESSERA_FORCE_FALLBACK").is_some_and(|v| v != "0"),
+        }
+    }
+}
+
+pub(crate) enum Backend {
+    Gpu(gpu::GpuContext),
+    Cpu,
+}
+
+pub(crate) struct DeviceInner {
+    pub info: DeviceInfo,
+    pub backend: Backend,
+    pub counters: Arc<Counters>,
+}
+
+/// A compute device: a wgpu adapter's device, or the CPU reference backend.
+/// Cheap to clone; tensors keep their device alive.
+#[derive(Clone)]
+pub struct Device(pub(crate) Arc<DeviceInner>);
+
+/// A realised value.
+#[derive(Clone)]
+pub(crate) enum Storage {
+    Gpu(Arc<gpu::GpuStorage>),
+    Host(Arc<Vec<f64>>),
+}
+
+impl Device {
+    /// The best adapter: discrete, then integrated, then virtual, then CPU; respects
+    /// `TESSERA_ADAPTER` and `TESSERA_FORCE_FALLBACK`. Blocks (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new() -> Result<Device> {
+        pollster::block_on(Self::new_async(DeviceOptions::from_env()))
+    }
+
+    /// Open a device with explicit options (native only; blocks).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_options(options: DeviceOptions) -> Result<Device> {
+        pollster::block_on(Self::new_async(options))
+    }
+
+    /// Open a device; the async form works on every target.
+    pub async fn new_async(options: DeviceOptions) -> Result<Device> {
+        let ctx = gpu::GpuContext::open(&options).await?;
+        Ok(Device::from_context(ctx))
+    }
+
+    /// Every adapter wgpu offers, best first (native only; blocks).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn list() -> Vec<AdapterDescription> {
+        pollster::block_on(gpu::list_adapters())
+    }
+
+    /// Every adapter wgpu offers, best first.
+    pub async fn list_async() -> Vec<AdapterDescription> {
+        gpu::list_adapters().await
+    }
+
+    /// Wrap an application's own wgpu device and queue, so a renderer and Tessera share
+    /// one GPU. Features the device was created with decide the kernel variants.
+    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Device {
+        Device::from_context(gpu::GpuContext::from_wgpu(device, queue, false))
+    }
+
+    /// The CPU reference backend: every op computed in f64 by `src/reference/` and
+    /// rounded to its dtype. It is the tests' oracle and runs where no GPU exists.
+    pub fn cpu() -> Device {
+        let caps = Capabilities {
+            shader_f16: true,
+            subgroups: false,
+            subgroup_min_size: 0,
+            subgroup_max_size: 0,
+            timestamp_query: false,
+            max_storage_buffer_binding_size: u64::MAX,
+            max_buffer_size: u64::MAX,
+            max_storage_buffers_per_shader_stage: u32::MAX,
+            max_compute_workgroups_per_dimension: u32::MAX,
+            max_compute_invocations_per_workgroup: 1,
+            max_compute_workgroup_storage_size: 0,
+        };
+        Device(Arc::new(DeviceInner {
+            info: DeviceInfo {
+                name: "cpu (reference)".into(),
+                backend: "Cpu".into(),
+                device_type: "Cpu".into(),
+                driver: String::new(),
+                forced_fallback: false,
+                capabilities: caps,
+            },
+            backend: Backend::Cpu,
+            counters: Arc::new(Counters::default()),
+        }))
+    }
+
+    fn from_context(ctx: gpu::GpuContext) -> Device {
+        let counters = ctx.counters.clone();
+        Device(Arc::new(DeviceInner {
+            info: ctx.info.clone(),
+            backend: Backend::Gpu(ctx),
+            counters,
+        }))
+    }
+
+    /// Adapter, backend and capabilities.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.0.info
+    }
+
+    /// Capabilities (shortcut for `info().capabilities`).
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.0.info.capabilities
+    }
+
+    /// True for the CPU reference backend.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self.0.backend, Backend::Cpu)
+    }
+
+    /// This device's counters since it was opened.
+    pub fn stats(&self) -> Stats {
+        self.0.counters.snapshot()
+    }
+
+    /// The wgpu device and queue, for applications that share the GPU.
+    pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
+        match &self.0.backend {
+            Backend::Gpu(g) => Some((&g.device, &g.queue)),
+            Backend::Cpu => None,
+        }
+    }
+
+    /// Release pooled buffers no tensor holds; returns the bytes released.
+    pub fn trim_pool(&self) -> u64 {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.pool.trim(),
+            Backend::Cpu => 0,
+        }
+    }
+
+    /// Whether two handles are the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Most storage buffers a generated kernel may read.
+    pub(crate) fn max_kernel_inputs(&self) -> usize {
+        // Output and status take two of the stage's storage bindings.
+        (self.capabilities().max_storage_buffers_per_shader_stage.min(64) as usize)
+            .saturating_sub(2)
+            .max(2)
+    }
+
+    /// Put host values (already rounded to `dtype`) on this device.
+    pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
+        let storage = match &self.0.backend {
+            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
+            Backend::Cpu => Storage::Host(Arc::new(values)),
+        };
+        Tensor::from_storage(storage, shape, dtype, self)
+    }
+
+    /// Realise `targets` (one submit on a GPU) and keep their values on the device.
+    pub async fn realize(&self, targets: &[Tensor]) -> Result<()> {
+        self.run(targets, false).await.map(|_| ())
+    }
+
+    /// Realise `targets` and read them back as f64 (one submit on a GPU).
+    pub async fn read(&self, targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
+        Ok(self.run(targets, true).await?.unwrap_or_default())
+    }
+
+    async fn run(&self, targets: &[Tensor], read: bool) -> Result<Option<Vec<Vec<f64>>>> {
+        for t in targets {
+            t.check()?;
+            if !t.device().same(self) {
+                return Err(Error::DeviceMismatch {
+                    op: "realize",
+                    a: self.info().name.clone(),
+                    b: t.device().info().name.clone(),
+                    location: t.location(),
+                });
+            }
+        }
+        match &self.0.backend {
+            Backend::Gpu(g) => crate::graph::execute::run(g, self, targets, read).await,
+            Backend::Cpu => {
+                let vals = crate::graph::interpret::run(targets)?;
+                Ok(read.then_some(vals))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({} on {})", self.info().name, self.info().backend)
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.info().name, self.info().backend)
+    }
+}

@@ -1,0 +1,193 @@
+//! Element types. A `DType` is a runtime value: the public `Tensor` is not generic.
+
+use half::f16;
+
+/// The element type of a tensor.
+///
+/// `Bool` is the mask type produced by comparisons; it is stored as one `u32` (0 or 1)
+/// per element so every backend can address it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    I32,
+    U32,
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in a fixed order (used by tests and shader enumeration).
+    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
+
+    /// Bytes one element occupies in device storage.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F16 => 2,
+            _ => 4,
+        }
+    }
+
+    /// True for F32 and F16.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16)
+    }
+
+    /// True for I32 and U32.
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::U32)
+    }
+
+    /// Short lower-case name, as printed by `Display` (`f32`, `f16`, `i32`, `u32`, `bool`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// Round an exact value to what this dtype can hold (the reference's rounding rule).
+    ///
+    /// Floats round to nearest; integers wrap like two's-complement hardware after the
+    /// value has been truncated toward zero (float inputs to integer dtypes saturate, as
+    /// Rust's `as` and WGSL's conversions do).
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            DType::F32 => v as f32 as f64,
+            DType::F16 => f16::from_f64(v).to_f64(),
+            DType::I32 => {
+                if v.is_nan() {
+                    0.0
+                } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                    (v as i64) as i32 as f64
+                } else {
+                    v as i32 as f64
+                }
+            }
+            DType::U32 => {
+                if v.is_nan() {
+                    0.0
+                } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                    (v as i64) as u32 as f64
+                } else {
+                    v as u32 as f64
+                }
+            }
+            DType::Bool => {
+                if v != 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A host element type that maps to one `DType`: `f32`, `half::f16`, `i32`, `u32`, `bool`.
+pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The dtype a tensor of this element type has.
+    const DTYPE: DType;
+    /// Exact widening to f64 (every supported element fits).
+    fn to_f64(self) -> f64;
+    /// Conversion from an f64 already rounded to `DTYPE`.
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as i32
+    }
+}
+
+impl Element for u32 {
+    const DTYPE: DType = DType::U32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as u32
+    }
+}
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn to_f64(self) -> f64 {
+        if self {
+            1.0
+        } else {
+            0.0
+        }
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+}
+
+/// Encode values (already rounded to `dtype`) as the bytes device storage holds.
+/// The result is padded to a multiple of four bytes.
+pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity((values.len() * dtype.size_in_bytes()).div_ceil(4) * 4);
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16::from_f64(v).to_bits().to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+            DType::U32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+            DType::Bool => out.extend_from_slice(&u32::from(v != 0.0).to_le_bytes()),
+        }
+    }
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+    out
+}
+
+/// Decode `n` elements of `dtype` from device bytes.
+pub(crate) fn decode(dtype: DType, bytes: &[u8], n: usize) -> Vec<f64> {
+    let w = dtype.size_in_bytes();
+    (0..n)
+        .map(|i| {
+            let b = &bytes[i * w..i * w + w];
+            match dtype {
+                DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+                DType::F16 => f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
+                DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+                DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+                DType::Bool => f64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != 0),
+            }
+        })
+        .collect()
+}

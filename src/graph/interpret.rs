@@ -1,0 +1,42 @@
+//! The CPU executor: runs a graph on the reference implementation. It is the oracle the
+//! GPU is tested against, and the backend of [`Device::cpu`](crate::Device::cpu).
+
+use super::schedule::topo_order;
+use crate::device::Storage;
+use crate::stats::Counter;
+use crate::{Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Compute `targets` (and everything unrealised under them) on the host.
+pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
+    let order = topo_order(targets);
+    let mut vals: HashMap<u64, Arc<Vec<f64>>> = HashMap::new();
+    let value = |t: &Tensor, vals: &HashMap<u64, Arc<Vec<f64>>>| -> Result<Arc<Vec<f64>>> {
+        if let Some(v) = vals.get(&t.id()) {
+            return Ok(v.clone());
+        }
+        match t.storage() {
+            Some(Storage::Host(v)) => Ok(v),
+            _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
+        }
+    };
+    for t in &order {
+        let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
+        let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let out = crate::reference::eval(t, &refs)?;
+        vals.insert(t.id(), Arc::new(out));
+    }
+    if let Some(t) = targets.first() {
+        t.device().0.counters.add(Counter::Realizations, 1);
+    }
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        let v = value(t, &vals)?;
+        if !t.is_realized() {
+            t.set_storage(Storage::Host(v.clone()));
+        }
+        out.push(v.as_ref().clone());
+    }
+    Ok(out)
+}

@@ -1,0 +1,158 @@
+//! The lazy IR. A [`Tensor`](crate::Tensor) is a handle to a [`Node`]; each node holds one
+//! [`Op`] from a closed enum, its inputs, and its checked shape and dtype. Nothing runs
+//! until a realisation asks for values; then [`schedule`] groups nodes into kernels and a
+//! backend ([`crate::device`]) runs the schedule.
+
+pub mod dot;
+pub(crate) mod execute;
+pub(crate) mod interpret;
+pub mod schedule;
+
+use crate::{DType, Shape};
+
+/// Element-wise functions of one input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// gelu with the exact erf.
+    GeluErf,
+    /// gelu with the tanh approximation.
+    GeluTanh,
+    Silu,
+    Floor,
+    Ceil,
+    Recip,
+    /// Logical not of a mask.
+    Not,
+}
+
+/// Element-wise functions of two inputs of one shape and dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    Pow,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    /// Comparisons produce a `Bool` mask.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+/// Reductions. The node keeps reduced axes as size 1 (`keepdim`); dropping them is a reshape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    /// Index (as I32) of the first maximum; NaN counts as the maximum.
+    ArgMax,
+    /// Index (as I32) of the first minimum; NaN counts as the minimum.
+    ArgMin,
+}
+
+/// Every operation the engine knows. Shapes and dtypes live on the node; an op carries
+/// only what its shape and dtype do not say.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Data that came from the host or a previous realisation; storage is attached.
+    Input,
+    /// Every element equal to `value`.
+    Full { value: f64 },
+    /// `start + i * step` along a 1-D tensor.
+    Arange { start: f64, step: f64 },
+    /// Counter-based random numbers: uniform in [0, 1) or standard normal.
+    Rand { seed: u64, normal: bool },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `where(mask, a, b)`, all three of one shape.
+    Where,
+    /// Conversion to the node's dtype.
+    Cast,
+    /// Same elements, new shape (row-major order).
+    Reshape,
+    /// numpy broadcast of the input to the node's shape.
+    Expand,
+    /// Output axis `i` is input axis `perm[i]`.
+    Permute { perm: Vec<usize> },
+    /// Output coordinate `c` reads input coordinate `start + c * step`, per axis.
+    Slice { starts: Vec<usize>, steps: Vec<usize> },
+    /// Constant padding; `before[i]` elements precede each axis.
+    Pad { before: Vec<usize>, value: f64 },
+    /// Inputs joined along `axis`.
+    Concat { axis: usize },
+    /// `out[c] = x[c with c[axis] = index[c]]`; inputs `(x, index)`.
+    Gather { axis: usize },
+    /// `out[c] = x[c with c[axis] = index[c[axis]]]`; inputs `(x, index)`, index 1-D.
+    IndexSelect { axis: usize },
+    /// Reduction over `axes`, reduced axes kept as size 1.
+    Reduce { op: ReduceOp, axes: Vec<usize> },
+    /// Batched matmul `[.., m, k] @ [.., k, n]` with broadcast batch axes (same rank).
+    Matmul,
+}
+
+impl Op {
+    /// A short name for messages, DOT and kernel labels.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Input => "input".into(),
+            Op::Full { .. } => "full".into(),
+            Op::Arange { .. } => "arange".into(),
+            Op::Rand { normal, .. } => if *normal { "randn" } else { "rand" }.into(),
+            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Where => "where".into(),
+            Op::Cast => "cast".into(),
+            Op::Reshape => "reshape".into(),
+            Op::Expand => "expand".into(),
+            Op::Permute { .. } => "permute".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Pad { .. } => "pad".into(),
+            Op::Concat { .. } => "concat".into(),
+            Op::Gather { .. } => "gather".into(),
+            Op::IndexSelect { .. } => "index_select".into(),
+            Op::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
+            Op::Matmul => "matmul".into(),
+        }
+    }
+
+    /// Ops that compute one output element from a few input elements and so fuse into a
+    /// generated element-wise kernel (movement ops included: they only remap indices).
+    pub fn is_elementwise(&self) -> bool {
+        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul)
+    }
+}
+
+/// Shape and dtype of a node, as fixed when the op was called.
+#[derive(Clone, Debug)]
+pub struct NodeType {
+    pub shape: Shape,
+    pub dtype: DType,
+}

@@ -1,0 +1,193 @@
+//! The scheduler: which nodes become kernels, in what order.
+//!
+//! A node is *materialised* (gets a buffer and a kernel) when it is a requested target,
+//! a reduction or a matmul, or an operand of a matmul. Everything else, element-wise and
+//! movement ops alike, is fused into the kernel of the materialised node that consumes
+//! it. A group that would bind more inputs than the device allows, or grow past
+//! [`MAX_FUSED_OPS`], is split by materialising its largest sub-expression.
+
+use super::Op;
+use crate::Tensor;
+use std::collections::{HashMap, HashSet};
+
+/// Most ops one generated kernel may contain.
+pub const MAX_FUSED_OPS: usize = 96;
+
+/// What a kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    Elementwise,
+    Reduce,
+    Matmul,
+}
+
+/// One kernel of a schedule: the node it materialises.
+#[derive(Clone)]
+pub struct ScheduledKernel {
+    pub root: Tensor,
+    pub kind: KernelKind,
+}
+
+/// Kernels in execution order.
+#[derive(Clone, Default)]
+pub struct Schedule {
+    pub kernels: Vec<ScheduledKernel>,
+    /// Ids of every materialised node.
+    pub materialised: HashSet<u64>,
+}
+
+impl Schedule {
+    /// Whether `t` is read from a buffer (realised already, or produced by a kernel here).
+    pub fn is_buffer(&self, t: &Tensor) -> bool {
+        t.is_realized() || self.materialised.contains(&t.id())
+    }
+}
+
+/// Follow reshapes down to the node that owns the buffer, if there is one: a reshape of a
+/// buffer is the same buffer.
+pub fn buffer_source(t: &Tensor, materialised: &HashSet<u64>) -> Option<Tensor> {
+    let mut cur = t.clone();
+    loop {
+        if cur.is_realized() || materialised.contains(&cur.id()) {
+            return Some(cur);
+        }
+        if cur.node().op == Op::Reshape {
+            let next = cur.node().inputs[0].clone();
+            cur = next;
+        } else {
+            return None;
+        }
+    }
+}
+
+/// Unrealised nodes reachable from `targets`, inputs before consumers.
+pub fn topo_order(targets: &[Tensor]) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Tensor, bool)> = targets.iter().rev().map(|t| (t.clone(), false)).collect();
+    while let Some((t, expanded)) = stack.pop() {
+        if expanded {
+            order.push(t);
+            continue;
+        }
+        if t.is_realized() || !seen.insert(t.id()) {
+            continue;
+        }
+        stack.push((t.clone(), true));
+        for i in t.node().inputs.iter().rev() {
+            if !i.is_realized() && !seen.contains(&i.id()) {
+                stack.push((i.clone(), false));
+            }
+        }
+    }
+    order
+}
+
+/// Group the graph under `targets` into kernels. `max_inputs` is the most storage
+/// buffers one kernel may read.
+pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
+    let order = topo_order(targets);
+    let mut mat: HashSet<u64> = HashSet::new();
+    for t in targets {
+        if !t.is_realized() {
+            mat.insert(t.id());
+        }
+    }
+    for t in &order {
+        match t.node().op {
+            Op::Reduce { .. } => {
+                mat.insert(t.id());
+            }
+            Op::Matmul => {
+                mat.insert(t.id());
+                for i in &t.node().inputs {
+                    if buffer_source(i, &mat).is_none() {
+                        mat.insert(i.id());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Operands of matmuls may have become buffers only now; re-resolve is not needed
+    // because inserting them made them buffers. Now split groups that are too big.
+    loop {
+        let mut changed = false;
+        for t in &order {
+            if !mat.contains(&t.id()) || t.node().op == Op::Matmul {
+                continue;
+            }
+            if let Some(split) = oversized(t, &mat, max_inputs) {
+                mat.insert(split);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let kernels = order
+        .iter()
+        .filter(|t| mat.contains(&t.id()))
+        .map(|t| ScheduledKernel {
+            root: t.clone(),
+            kind: match t.node().op {
+                Op::Reduce { .. } => KernelKind::Reduce,
+                Op::Matmul => KernelKind::Matmul,
+                _ => KernelKind::Elementwise,
+            },
+        })
+        .collect();
+    Schedule { kernels, materialised: mat }
+}
+
+/// If the fused group under `root` is too large, the id of a node to materialise.
+fn oversized(root: &Tensor, mat: &HashSet<u64>, max_inputs: usize) -> Option<u64> {
+    // For each node in the group: the set of leaves under it and its op count.
+    let mut info: HashMap<u64, (HashSet<u64>, usize)> = HashMap::new();
+    let mut group = Vec::new();
+    fn visit(
+        t: &Tensor,
+        root: bool,
+        mat: &HashSet<u64>,
+        info: &mut HashMap<u64, (HashSet<u64>, usize)>,
+        group: &mut Vec<Tensor>,
+    ) -> (HashSet<u64>, usize) {
+        if !root && (t.is_realized() || mat.contains(&t.id())) {
+            return (HashSet::from([t.id()]), 0);
+        }
+        if let Some(v) = info.get(&t.id()) {
+            return v.clone();
+        }
+        let mut leaves = HashSet::new();
+        let mut ops = 1;
+        for i in &t.node().inputs {
+            let (l, o) = visit(i, false, mat, info, group);
+            leaves.extend(l);
+            ops += o;
+        }
+        info.insert(t.id(), (leaves.clone(), ops));
+        group.push(t.clone());
+        (leaves, ops)
+    }
+    let (leaves, ops) = visit(root, true, mat, &mut info, &mut group);
+    if leaves.len() <= max_inputs && ops <= MAX_FUSED_OPS {
+        return None;
+    }
+    // The largest proper sub-expression that itself fits; else the largest child.
+    let best = group
+        .iter()
+        .filter(|t| t.id() != root.id() && !t.node().inputs.is_empty())
+        .filter_map(|t| info.get(&t.id()).map(|(l, o)| (t, l.len(), *o)))
+        .filter(|(_, l, o)| *l <= max_inputs && *o <= MAX_FUSED_OPS && (*l >= 2 || *o >= 2))
+        .max_by_key(|(_, l, o)| (*l, *o))
+        .map(|(t, _, _)| t.id());
+    best.or_else(|| {
+        root.node()
+            .inputs
+            .iter()
+            .filter(|i| !i.is_realized() && !mat.contains(&i.id()))
+            .max_by_key(|i| info.get(&i.id()).map(|(l, o)| (l.len(), *o)))
+            .map(|i| i.id())
+    })
+}

@@ -1,0 +1,491 @@
+//! The renderer that turns a fused group of element-wise and movement nodes into WGSL.
+//!
+//! Each node is evaluated at an *index*: either a linear index into its own shape or one
+//! coordinate expression per axis. Element-wise ops pass the index through; movement ops
+//! rewrite it (permute reorders coordinates, expand zeroes broadcast ones, reshape keeps
+//! the linear index, slice and pad shift them, concat branches, gather reads the index
+//! tensor). Leaves (realised tensors and other kernels' outputs) are loaded by linear
+//! index. All sizes and scalars go to `meta`, so the text depends only on the structure.
+
+use super::{compute_type, input_binding, load_fn, IndexCheck, ShaderCaps};
+use crate::graph::{BinaryOp, Op, UnaryOp};
+use crate::{DType, Tensor};
+use std::collections::HashMap;
+
+/// An index into a node: linear, per-axis coordinates, or both.
+#[derive(Clone, Debug)]
+pub(crate) struct Ix {
+    pub lin: Option<String>,
+    pub coords: Option<Vec<String>>,
+}
+
+impl Ix {
+    pub fn lin(s: impl Into<String>) -> Ix {
+        Ix { lin: Some(s.into()), coords: None }
+    }
+    pub fn coords(c: Vec<String>) -> Ix {
+        Ix { lin: None, coords: Some(c) }
+    }
+    fn key(&self) -> String {
+        match (&self.lin, &self.coords) {
+            (Some(l), _) => format!("L{l}"),
+            (None, Some(c)) => format!("C{}", c.join(",")),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// Renders one kernel's expression functions.
+pub(crate) struct Gen<'a> {
+    pub caps: ShaderCaps,
+    pub body: String,
+    indent: usize,
+    pub meta: Vec<u32>,
+    pub leaves: Vec<Tensor>,
+    leaf_index: HashMap<u64, usize>,
+    is_leaf: &'a dyn Fn(&Tensor) -> bool,
+    memo: HashMap<(u64, String), String>,
+    dims: HashMap<u64, Vec<String>>,
+    next: usize,
+    pub checks: Vec<IndexCheck>,
+    pub uses_f16: bool,
+    pub ops: Vec<String>,
+    /// Meta slot holding this kernel's first status word (set by the executor).
+    pub status_slot: Option<usize>,
+}
+
+impl<'a> Gen<'a> {
+    pub fn new(caps: ShaderCaps, is_leaf: &'a dyn Fn(&Tensor) -> bool) -> Self {
+        Gen {
+            caps,
+            body: String::new(),
+            indent: 1,
+            meta: Vec::new(),
+            leaves: Vec::new(),
+            leaf_index: HashMap::new(),
+            is_leaf,
+            memo: HashMap::new(),
+            dims: HashMap::new(),
+            next: 0,
+            checks: Vec::new(),
+            uses_f16: false,
+            ops: Vec::new(),
+            status_slot: None,
+        }
+    }
+
+    /// Reserve a meta slot holding `v`; returns its WGSL read expression.
+    pub fn slot(&mut self, v: u32) -> String {
+        self.meta.push(v);
+        format!("m({}u)", self.meta.len() - 1)
+    }
+
+    fn fresh(&mut self, p: &str) -> String {
+        self.next += 1;
+        format!("{p}{}", self.next)
+    }
+
+    /// Emit one statement at the current indentation.
+    pub fn emit(&mut self, line: &str) {
+        for _ in 0..self.indent {
+            self.body.push_str("    ");
+        }
+        self.body.push_str(line);
+        self.body.push('\n');
+    }
+
+    fn let_(&mut self, prefix: &str, expr: String) -> String {
+        let v = self.fresh(prefix);
+        self.emit(&format!("let {v} = {expr};"));
+        v
+    }
+
+    /// Meta expressions for a node's dims (allocated once per kernel).
+    pub fn dims_of(&mut self, t: &Tensor) -> Vec<String> {
+        if let Some(d) = self.dims.get(&t.id()) {
+            return d.clone();
+        }
+        let d: Vec<String> = t.dims().iter().map(|&x| self.slot(x as u32)).collect();
+        self.dims.insert(t.id(), d.clone());
+        d
+    }
+
+    /// The linear form of `ix` for a node of `t`'s shape.
+    pub fn linear(&mut self, ix: &Ix, t: &Tensor) -> String {
+        if let Some(l) = &ix.lin {
+            return l.clone();
+        }
+        let coords = ix.coords.clone().unwrap_or_default();
+        if coords.is_empty() {
+            return "0u".into();
+        }
+        let dims = self.dims_of(t);
+        let mut e = coords[0].clone();
+        for d in 1..coords.len() {
+            e = format!("({e}) * {} + {}", dims[d], coords[d]);
+        }
+        self.let_("l", e)
+    }
+
+    /// The coordinate form of `ix` for a node of `t`'s shape.
+    pub fn coords(&mut self, ix: &Ix, t: &Tensor) -> Vec<String> {
+        if let Some(c) = &ix.coords {
+            return c.clone();
+        }
+        let lin = ix.lin.clone().unwrap_or_else(|| "0u".into());
+        let rank = t.rank();
+        if rank == 0 {
+            return Vec::new();
+        }
+        let dims = self.dims_of(t);
+        let mut out = vec![String::new(); rank];
+        let mut q = lin;
+        for d in (0..rank).rev() {
+            if t.dims()[d] == 1 {
+                out[d] = "0u".into();
+                continue;
+            }
+            if d == 0 {
+                out[d] = self.let_("c", q.clone());
+            } else {
+                out[d] = self.let_("c", format!("{q} % {}", dims[d]));
+                q = self.let_("q", format!("{q} / {}", dims[d]));
+            }
+        }
+        out
+    }
+
+    fn leaf(&mut self, t: &Tensor) -> usize {
+        if let Some(&k) = self.leaf_index.get(&t.id()) {
+            return k;
+        }
+        let k = self.leaves.len();
+        self.leaves.push(t.clone());
+        self.leaf_index.insert(t.id(), k);
+        if t.dtype() == DType::F16 {
+            self.uses_f16 = true;
+        }
+        k
+    }
+
+    /// Declarations for the leaves read so far.
+    pub fn leaf_decls(&self) -> String {
+        let mut s = String::new();
+        for (k, t) in self.leaves.iter().enumerate() {
+            s.push_str(&input_binding(k, t.dtype(), &self.caps));
+            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps));
+        }
+        s
+    }
+
+    /// A meta-held scalar of `dtype`, as a WGSL expression of its compute type.
+    fn scalar(&mut self, v: f64, dtype: DType) -> String {
+        match dtype {
+            DType::F32 | DType::F16 => {
+                let s = self.slot((v as f32).to_bits());
+                format!("bitcast<f32>({s})")
+            }
+            DType::I32 => {
+                let s = self.slot((v as i64 as i32) as u32);
+                format!("bitcast<i32>({s})")
+            }
+            DType::U32 => self.slot(v as i64 as u32),
+            DType::Bool => {
+                let s = self.slot(u32::from(v != 0.0));
+                format!("({s} != 0u)")
+            }
+        }
+    }
+
+    /// Evaluate `t` at `ix`; returns a WGSL expression (usually a `let` name) of the
+    /// node's compute type.
+    pub fn eval(&mut self, t: &Tensor, ix: &Ix, root: bool) -> String {
+        if !root && (self.is_leaf)(t) {
+            let k = self.leaf(t);
+            let l = self.linear(ix, t);
+            return self.let_("v", format!("ld{k}({l})"));
+        }
+        let key = (t.id(), ix.key());
+        if let Some(v) = self.memo.get(&key) {
+            return v.clone();
+        }
+        let n = t.node();
+        let dt = t.dtype();
+        if !matches!(n.op, Op::Reshape | Op::Expand | Op::Permute { .. } | Op::Slice { .. }) {
+            self.ops.push(n.op.name());
+        }
+        let v = match &n.op {
+            Op::Full { value } => return self.scalar(*value, dt),
+            Op::Arange { start, step } => {
+                let i = self.linear(ix, t);
+                let (s, st) = (self.scalar(*start, dt), self.scalar(*step, dt));
+                let ty = compute_type(dt);
+                self.let_("v", format!("{s} + {ty}({i}) * {st}"))
+            }
+            Op::Rand { seed, normal } => {
+                let i = self.linear(ix, t);
+                let lo = self.slot(*seed as u32);
+                let hi = self.slot((*seed >> 32) as u32);
+                if *normal {
+                    self.let_("v", format!("rand_normal({i}, {lo}, {hi})"))
+                } else {
+                    self.let_("v", format!("rand_uniform({i}, {lo}, {hi}, 0u)"))
+                }
+            }
+            Op::Unary(u) => {
+                let x = self.eval(&n.inputs[0], ix, false);
+                let e = unary_expr(*u, &x, dt);
+                self.let_("v", e)
+            }
+            Op::Binary(b) => {
+                let a = self.eval(&n.inputs[0], ix, false);
+                let c = self.eval(&n.inputs[1], ix, false);
+                let e = binary_expr(*b, &a, &c, n.inputs[0].dtype());
+                self.let_("v", e)
+            }
+            Op::Where => {
+                let m = self.eval(&n.inputs[0], ix, false);
+                let a = self.eval(&n.inputs[1], ix, false);
+                let b = self.eval(&n.inputs[2], ix, false);
+                self.let_("v", format!("select({b}, {a}, {m})"))
+            }
+            Op::Cast => {
+                let x = self.eval(&n.inputs[0], ix, false);
+                let e = self.cast_expr(&x, n.inputs[0].dtype(), dt);
+                self.let_("v", e)
+            }
+            Op::Reshape => {
+                let l = self.linear(ix, t);
+                self.eval(&n.inputs[0], &Ix::lin(l), false)
+            }
+            Op::Expand => {
+                let c = self.coords(ix, t);
+                let src = &n.inputs[0];
+                let off = t.rank() - src.rank();
+                let cc = (0..src.rank())
+                    .map(|j| if src.dims()[j] == 1 { "0u".to_string() } else { c[off + j].clone() })
+                    .collect();
+                self.eval(src, &Ix::coords(cc), false)
+            }
+            Op::Permute { perm } => {
+                let c = self.coords(ix, t);
+                let mut cc = vec![String::new(); c.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    cc[p] = c[i].clone();
+                }
+                self.eval(&n.inputs[0], &Ix::coords(cc), false)
+            }
+            Op::Slice { starts, steps } => {
+                let c = self.coords(ix, t);
+                let mut cc = Vec::with_capacity(c.len());
+                for d in 0..c.len() {
+                    let sd = t.dims()[d];
+                    let e = if sd == 1 {
+                        self.slot(starts[d] as u32)
+                    } else if starts[d] == 0 && steps[d] == 1 {
+                        c[d].clone()
+                    } else {
+                        let (s, st) = (self.slot(starts[d] as u32), self.slot(steps[d] as u32));
+                        format!("({s} + {} * {st})", c[d])
+                    };
+                    cc.push(e);
+                }
+                self.eval(&n.inputs[0], &Ix::coords(cc), false)
+            }
+            Op::Pad { before, value } => {
+                let c = self.coords(ix, t);
+                let src = n.inputs[0].clone();
+                let sd = self.dims_of(&src);
+                let mut conds = Vec::new();
+                let mut cc = Vec::new();
+                for d in 0..c.len() {
+                    if before[d] == 0 && src.dims()[d] == t.dims()[d] {
+                        cc.push(c[d].clone());
+                        continue;
+                    }
+                    let b = self.slot(before[d] as u32);
+                    let shifted = self.let_("p", format!("{} - {b}", c[d]));
+                    let ok = self.let_("ok", format!("{shifted} < {}", sd[d]));
+                    conds.push(ok.clone());
+                    cc.push(self.let_("p", format!("select(0u, {shifted}, {ok})")));
+                }
+                let inner = self.eval(&src, &Ix::coords(cc), false);
+                if conds.is_empty() {
+                    inner
+                } else {
+                    let pv = self.scalar(*value, dt);
+                    self.let_("v", format!("select({pv}, {inner}, {})", conds.join(" && ")))
+                }
+            }
+            Op::Concat { axis } => {
+                let c = self.coords(ix, t);
+                let v = self.fresh("v");
+                self.emit(&format!("var {v}: {};", compute_type(dt)));
+                let mut offset = 0usize;
+                let k = n.inputs.len();
+                for (j, inp) in n.inputs.iter().enumerate() {
+                    let len = inp.dims()[*axis];
+                    let lo = self.slot(offset as u32);
+                    let hi = self.slot((offset + len) as u32);
+                    let head = if j == 0 {
+                        format!("if ({} < {hi}) {{", c[*axis])
+                    } else if j + 1 == k {
+                        "} else {".to_string()
+                    } else {
+                        format!("}} else if ({} < {hi}) {{", c[*axis])
+                    };
+                    if j > 0 {
+                        self.indent -= 1;
+                    }
+                    self.emit(&head);
+                    self.indent += 1;
+                    let saved = self.memo.clone();
+                    let mut cc = c.clone();
+                    cc[*axis] = format!("({} - {lo})", c[*axis]);
+                    let x = self.eval(inp, &Ix::coords(cc), false);
+                    self.emit(&format!("{v} = {x};"));
+                    self.memo = saved;
+                    offset += len;
+                }
+                self.indent -= 1;
+                self.emit("}");
+                v
+            }
+            Op::Gather { axis } | Op::IndexSelect { axis } => {
+                let c = self.coords(ix, t);
+                let (x, idx) = (&n.inputs[0], &n.inputs[1]);
+                let iv = if matches!(n.op, Op::Gather { .. }) {
+                    self.eval(idx, &Ix::coords(c.clone()), false)
+                } else {
+                    self.eval(idx, &Ix::lin(c[*axis].clone()), false)
+                };
+                let size = x.dims()[*axis];
+                let sz = self.slot(size as u32);
+                let j = self.let_("j", format!("u32({iv})"));
+                let k = self.checks.len();
+                let base = match self.status_slot {
+                    Some(b) => format!("m({b}u)"),
+                    None => {
+                        let b = self.slot(0);
+                        self.status_slot = Some(self.meta.len() - 1);
+                        b
+                    }
+                };
+                self.checks.push(IndexCheck {
+                    op: if matches!(n.op, Op::Gather { .. }) { "gather" } else { "index_select" },
+                    axis: *axis,
+                    size,
+                    location: n.location,
+                });
+                let bad = if idx.dtype() == DType::I32 { format!("bitcast<u32>({iv})") } else { iv.clone() };
+                self.emit(&format!(
+                    "if ({j} >= {sz}) {{ atomicStore(&status[{base} + {}u], 1u); atomicStore(&status[{base} + {}u], {bad}); }}",
+                    2 * k,
+                    2 * k + 1
+                ));
+                let safe = self.let_("j", format!("select(0u, {j}, {j} < {sz})"));
+                let mut cc = c.clone();
+                cc[*axis] = safe;
+                self.eval(x, &Ix::coords(cc), false)
+            }
+            Op::Input | Op::Reduce { .. } | Op::Matmul => {
+                // Always materialised: reached here only if the scheduler failed to mark it.
+                let k = self.leaf(t);
+                let l = self.linear(ix, t);
+                self.let_("v", format!("ld{k}({l})"))
+            }
+        };
+        self.memo.insert(key, v.clone());
+        v
+    }
+
+    fn cast_expr(&mut self, x: &str, from: DType, to: DType) -> String {
+        let fc = compute_type(from);
+        let tc = compute_type(to);
+        if to == DType::F16 {
+            self.uses_f16 = true;
+            let xf = if fc == "bool" {
+                format!("select(0.0, 1.0, {x})")
+            } else {
+                format!("f32({x})")
+            };
+            return if self.caps.native_f16 {
+                format!("f32(f16({xf}))")
+            } else {
+                format!("unpack2x16float(pack2x16float(vec2<f32>({xf}, 0.0))).x")
+            };
+        }
+        match (fc, tc) {
+            (a, b) if a == b => x.to_string(),
+            ("bool", "f32") => format!("select(0.0, 1.0, {x})"),
+            ("bool", "i32") => format!("select(0i, 1i, {x})"),
+            ("bool", "u32") => format!("select(0u, 1u, {x})"),
+            ("f32", "bool") => format!("({x} != 0.0)"),
+            ("i32", "bool") => format!("({x} != 0i)"),
+            ("u32", "bool") => format!("({x} != 0u)"),
+            (_, t) => format!("{t}({x})"),
+        }
+    }
+
+    /// Helper functions (from `shaders/common.wgsl`) plus the status binding if used.
+    pub fn support(&self, status_binding: u32) -> String {
+        let mut s = String::from(super::sources::COMMON);
+        if !self.checks.is_empty() {
+            s.push_str(&format!(
+                "@group(0) @binding({status_binding}) var<storage, read_write> status: array<atomic<u32>>;\n"
+            ));
+        }
+        s
+    }
+}
+
+fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
+    let float = dt.is_float();
+    match u {
+        UnaryOp::Neg => format!("-{x}"),
+        UnaryOp::Abs if dt == DType::U32 => x.to_string(),
+        UnaryOp::Abs => format!("abs({x})"),
+        UnaryOp::Exp => format!("exp({x})"),
+        UnaryOp::Log => format!("select(log({x}), nan_f(), {x} < 0.0)"),
+        UnaryOp::Sqrt => format!("select(sqrt({x}), nan_f(), {x} < 0.0)"),
+        UnaryOp::Rsqrt => format!("select(1.0 / sqrt({x}), nan_f(), {x} < 0.0)"),
+        UnaryOp::Sin => format!("sin({x})"),
+        UnaryOp::Cos => format!("cos({x})"),
+        UnaryOp::Tanh => format!("tanh_f({x})"),
+        UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
+        UnaryOp::Relu if float => format!("select({x}, 0.0, {x} < 0.0)"),
+        UnaryOp::Relu => format!("max({x}, {}(0))", compute_type(dt)),
+        UnaryOp::GeluErf => format!("0.5 * {x} * (1.0 + erf_f({x} * 0.7071067811865476))"),
+        UnaryOp::GeluTanh => {
+            format!("0.5 * {x} * (1.0 + tanh_f(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")
+        }
+        UnaryOp::Silu => format!("{x} / (1.0 + exp(-{x}))"),
+        UnaryOp::Floor => format!("floor({x})"),
+        UnaryOp::Ceil => format!("ceil({x})"),
+        UnaryOp::Recip => format!("1.0 / {x}"),
+        UnaryOp::Not => format!("!{x}"),
+    }
+}
+
+fn binary_expr(b: BinaryOp, x: &str, y: &str, dt: DType) -> String {
+    let float = dt.is_float();
+    match b {
+        BinaryOp::Add => format!("{x} + {y}"),
+        BinaryOp::Sub => format!("{x} - {y}"),
+        BinaryOp::Mul => format!("{x} * {y}"),
+        BinaryOp::Div => format!("{x} / {y}"),
+        BinaryOp::Maximum if float => format!("max_f({x}, {y})"),
+        BinaryOp::Minimum if float => format!("min_f({x}, {y})"),
+        BinaryOp::Maximum => format!("max({x}, {y})"),
+        BinaryOp::Minimum => format!("min({x}, {y})"),
+        BinaryOp::Pow => format!("pow_f({x}, {y})"),
+        BinaryOp::Eq => format!("{x} == {y}"),
+        BinaryOp::Ne => format!("{x} != {y}"),
+        BinaryOp::Lt => format!("{x} < {y}"),
+        BinaryOp::Le => format!("{x} <= {y}"),
+        BinaryOp::Gt => format!("{x} > {y}"),
+        BinaryOp::Ge => format!("{x} >= {y}"),
+        BinaryOp::And => format!("{x} && {y}"),
+        BinaryOp::Or => format!("{x} || {y}"),
+    }
+}

@@ -1,0 +1,66 @@
+//! Fused element-wise kernels: a root node and every element-wise or movement node under
+//! it, down to materialised leaves, rendered into `shaders/elementwise.wgsl`.
+
+use super::codegen::{Gen, Ix};
+use super::{fold_groups, header, sources, storage_type, KernelSpec, ShaderCaps, WG};
+use crate::{DType, Result, Tensor};
+
+/// Render the kernel that materialises `root`. `is_leaf` says which nodes are read from
+/// buffers rather than recomputed.
+pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let mut g = Gen::new(*caps, is_leaf);
+    let n = root.numel();
+    g.slot(n as u32); // meta[0]: element count
+    let v = g.eval(root, &Ix::lin("i"), true);
+    let body = std::mem::take(&mut g.body);
+    let dt = root.dtype();
+    let packed = dt == DType::F16 && !caps.native_f16;
+    if dt == DType::F16 {
+        g.uses_f16 = true;
+    }
+    let mut src = header(g.meta.len(), dt, g.uses_f16, caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&format!(
+        "fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n",
+        super::compute_type(dt)
+    ));
+    let store = match dt {
+        DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
+        DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i] = select(0u, 1u, eval_out(i));\n".to_string(),
+        _ => format!(
+            "    if (i >= m(0u)) {{ return; }}\n    out[i] = {}(eval_out(i));\n",
+            storage_type(dt, caps)
+        ),
+    };
+    src.push_str(&format!("fn store_out(i: u32) {{\n{store}}}\n"));
+    src.push_str(sources::ELEMENTWISE);
+    let threads = if packed { n.div_ceil(2) } else { n } as u64;
+    let label = label(&g.ops);
+    let workgroups = fold_groups(threads.div_ceil(WG as u64), caps, &label)?;
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta: g.meta,
+        inputs: g.leaves,
+        output: root.clone(),
+        checks: g.checks,
+        status_slot: g.status_slot,
+        workgroups,
+    })
+}
+
+/// `fused(add,mul,gelu)`, or `copy` for a pure data movement.
+fn label(ops: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for o in ops.iter().rev() {
+        if !seen.contains(&o.as_str()) {
+            seen.push(o);
+        }
+    }
+    if seen.is_empty() {
+        "copy".into()
+    } else {
+        format!("fused({})", seen.join(","))
+    }
+}

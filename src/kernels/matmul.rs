@@ -1,0 +1,70 @@
+//! Batched matmul with broadcast batch axes: `shaders/matmul.wgsl`, a 64×64 register-tiled
+//! f32 kernel. f16 operands are widened as tiles load; the result is f32.
+
+use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
+use crate::{DType, Error, Result, Tensor};
+
+/// Output tile edge (rows and columns per workgroup).
+pub const TILE: usize = 64;
+
+/// Render the matmul producing `root` from operands `a` and `b` (materialised buffers,
+/// same rank ≥ 2, batch axes broadcast-compatible with `root`'s).
+pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let r = root.rank();
+    let (m, n) = (root.dims()[r - 2], root.dims()[r - 1]);
+    let k = a.dims()[r - 1];
+    let mut meta = vec![m as u32, n as u32, k as u32, (r - 2) as u32];
+    let (mut sa, mut sb) = ((m * k) as u64, (k * n) as u64);
+    let mut axes = Vec::new();
+    for d in (0..r - 2).rev() {
+        let size = root.dims()[d];
+        let stride_a = if a.dims()[d] == 1 { 0 } else { sa };
+        let stride_b = if b.dims()[d] == 1 { 0 } else { sb };
+        axes.push([size as u32, stride_a as u32, stride_b as u32]);
+        sa *= a.dims()[d] as u64;
+        sb *= b.dims()[d] as u64;
+    }
+    for ax in axes.iter().rev() {
+        meta.extend_from_slice(ax);
+    }
+    let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
+    let mut src = header(meta.len(), DType::F32, uses_f16, caps);
+    for (i, (t, name)) in [(a, "a"), (b, "b")].into_iter().enumerate() {
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> in_{name}: array<{}>;\n",
+            2 + i,
+            storage_type(t.dtype(), caps)
+        ));
+        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps));
+    }
+    src.push_str(sources::MATMUL);
+    let batch: usize = root.dims()[..r - 2].iter().product();
+    let label = format!("matmul_{}_{}x{}", a.dtype(), TILE, TILE);
+    let gx = n.div_ceil(TILE);
+    let gy = m.div_ceil(TILE);
+    let max = caps.max_workgroups as usize;
+    for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
+        if v > max {
+            return Err(Error::Limit {
+                what: format!("{label}: workgroups over {what}"),
+                needed: v as u64,
+                limit: max as u64,
+            });
+        }
+    }
+    let workgroups = if m == 0 || n == 0 || batch == 0 {
+        [0, 1, 1]
+    } else {
+        [gx as u32, gy as u32, batch as u32]
+    };
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta,
+        inputs: vec![a.clone(), b.clone()],
+        output: root.clone(),
+        checks: Vec::new(),
+        status_slot: None,
+        workgroups,
+    })
+}

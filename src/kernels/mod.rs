@@ -1,0 +1,156 @@
+//! Kernel families. Each file turns one scheduled group of nodes into a [`KernelSpec`]:
+//! it picks the WGSL file in `shaders/`, renders the variant's header (the convention in
+//! `shaders/README.md`), fills the `meta` parameters and computes the dispatch.
+
+pub(crate) mod codegen;
+pub mod elementwise;
+pub mod matmul;
+pub mod reduce;
+
+use crate::{DType, Error, Result, Tensor};
+use std::panic::Location;
+
+/// Workgroup size of 1-D kernels.
+pub const WG: u32 = 256;
+
+/// The WGSL sources of `shaders/`, embedded at build time.
+pub mod sources {
+    pub const COMMON: &str = include_str!("../../shaders/common.wgsl");
+    pub const ELEMENTWISE: &str = include_str!("../../shaders/elementwise.wgsl");
+    pub const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
+    pub const REDUCE_SMALL: &str = include_str!("../../shaders/reduce_small.wgsl");
+    pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+}
+
+/// What the target adapter can do, as far as shader text is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShaderCaps {
+    /// Store f16 as `array<f16>` (`enable f16;`); otherwise as packed pairs in `u32`.
+    pub native_f16: bool,
+    /// Largest workgroup count per dispatch dimension.
+    pub max_workgroups: u32,
+}
+
+/// A bounds check a kernel performs on data-dependent indices (gather, index_select).
+/// The kernel writes `status[2k] = 1` and `status[2k+1] = bad index` on failure.
+#[derive(Clone, Debug)]
+pub struct IndexCheck {
+    pub op: &'static str,
+    pub axis: usize,
+    pub size: usize,
+    pub location: &'static Location<'static>,
+}
+
+impl IndexCheck {
+    /// The error this check reports for a bad `index`.
+    pub fn error(&self, index: i64) -> Error {
+        Error::IndexOutOfRange {
+            op: self.op,
+            index,
+            axis: self.axis,
+            size: self.size,
+            location: self.location,
+        }
+    }
+}
+
+/// One kernel launch, fully described: source, parameters, bindings and grid.
+#[derive(Clone)]
+pub struct KernelSpec {
+    /// A name that says what the kernel is (`fused(add,mul,gelu)`, `reduce_sum`, `matmul_f32_64x64`).
+    pub label: String,
+    /// The full WGSL module.
+    pub source: String,
+    /// `meta` parameter words (binding 0).
+    pub meta: Vec<u32>,
+    /// Input tensors bound at 2, 3, ... (each realised or produced earlier in the schedule).
+    pub inputs: Vec<Tensor>,
+    /// The node this kernel produces (binding 1).
+    pub output: Tensor,
+    /// Bounds checks; when non-empty a status buffer is bound after the inputs.
+    pub checks: Vec<IndexCheck>,
+    /// The meta slot the executor fills with this kernel's first status word.
+    pub status_slot: Option<usize>,
+    /// Workgroups in x, y, z.
+    pub workgroups: [u32; 3],
+}
+
+/// WGSL storage element type for a dtype.
+pub(crate) fn storage_type(dtype: DType, caps: &ShaderCaps) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::F16 if caps.native_f16 => "f16",
+        DType::F16 => "u32",
+        DType::I32 => "i32",
+        DType::U32 | DType::Bool => "u32",
+    }
+}
+
+/// WGSL type values of a dtype are computed in.
+pub(crate) fn compute_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 | DType::F16 => "f32",
+        DType::I32 => "i32",
+        DType::U32 => "u32",
+        DType::Bool => "bool",
+    }
+}
+
+/// A load function `fn {name}(i: u32) -> compute type` over storage binding `var_name`.
+pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCaps) -> String {
+    let body = match dtype {
+        DType::F32 | DType::I32 | DType::U32 => format!("{var_name}[i]"),
+        DType::F16 if caps.native_f16 => format!("f32({var_name}[i])"),
+        DType::F16 => format!("unpack2x16float({var_name}[i >> 1u])[i & 1u]"),
+        DType::Bool => format!("{var_name}[i] != 0u"),
+    };
+    format!(
+        "fn {name}(i: u32) -> {} {{\n    return {body};\n}}\n",
+        compute_type(dtype)
+    )
+}
+
+/// The header every variant starts with: `enable` directives, `WG`, the meta binding
+/// and the output binding.
+pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &ShaderCaps) -> String {
+    let mut s = String::new();
+    if uses_f16 && caps.native_f16 {
+        s.push_str("enable f16;\n");
+    }
+    let words = meta_len.div_ceil(4).max(1);
+    s.push_str(&format!(
+        "const WG: u32 = {WG}u;\nstruct Params {{ v: array<vec4<u32>, {words}> }}\n\
+         @group(0) @binding(0) var<uniform> params: Params;\n\
+         fn m(i: u32) -> u32 {{ return params.v[i >> 2u][i & 3u]; }}\n\
+         @group(0) @binding(1) var<storage, read_write> out: array<{}>;\n",
+        storage_type(out_dtype, caps)
+    ));
+    s
+}
+
+/// Binding declaration for input `k` (binding `2 + k`).
+pub(crate) fn input_binding(k: usize, dtype: DType, caps: &ShaderCaps) -> String {
+    format!(
+        "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
+        2 + k,
+        storage_type(dtype, caps)
+    )
+}
+
+/// Fold a 1-D count of workgroups into x and y so neither exceeds the device limit.
+pub(crate) fn fold_groups(groups: u64, caps: &ShaderCaps, label: &str) -> Result<[u32; 3]> {
+    let max = caps.max_workgroups.max(1) as u64;
+    if groups == 0 {
+        return Ok([0, 1, 1]);
+    }
+    let x = groups.min(max);
+    let y = groups.div_ceil(x);
+    if y > max {
+        return Err(Error::Limit {
+            what: format!("kernel {label}: workgroup count"),
+            needed: groups,
+            limit: max * max,
+        });
+    }
+    Ok([x as u32, y as u32, 1])
+}

@@ -1,0 +1,118 @@
+//! Reductions (sum, max, min, argmax, argmin) over any set of axes, with the input
+//! expression fused in. Long reductions use a workgroup per output (`reduce.wgsl`),
+//! short ones an invocation per output (`reduce_small.wgsl`).
+
+use super::codegen::{Gen, Ix};
+use super::{compute_type, fold_groups, header, sources, KernelSpec, ShaderCaps, WG};
+use crate::graph::{Op, ReduceOp};
+use crate::{DType, Result, Tensor};
+
+/// Reductions no longer than this run one invocation per output.
+pub const SMALL_LEN: usize = 64;
+
+/// Render the reduction producing `root` (an `Op::Reduce` node).
+pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let node = root.node();
+    let Op::Reduce { op, axes } = &node.op else {
+        unreachable!("reduce::render called on {}", node.op.name())
+    };
+    let x = &node.inputs[0];
+    let n_out = root.numel();
+    let len: usize = axes.iter().map(|&a| x.dims()[a]).product();
+    let mut g = Gen::new(*caps, is_leaf);
+    g.slot(n_out as u32);
+    g.slot(len as u32);
+
+    // Output coordinates from o, reduced coordinates from r, merged into x's coordinates.
+    let oc = g.coords(&Ix::lin("o"), root);
+    let red: Vec<usize> = axes.clone();
+    let red_shape: Vec<usize> = red.iter().map(|&a| x.dims()[a]).collect();
+    let xd = g.dims_of(x);
+    let mut rc = vec![String::new(); red.len()];
+    let mut q = "r".to_string();
+    for j in (0..red.len()).rev() {
+        if red_shape[j] == 1 {
+            rc[j] = "0u".into();
+        } else if j == 0 {
+            rc[j] = q.clone();
+        } else {
+            let c = format!("rc{j}");
+            g.emit(&format!("let {c} = {q} % {};", xd[red[j]]));
+            g.emit(&format!("let rq{j} = {q} / {};", xd[red[j]]));
+            rc[j] = c;
+            q = format!("rq{j}");
+        }
+    }
+    let xc: Vec<String> = (0..x.rank())
+        .map(|d| match red.iter().position(|&a| a == d) {
+            Some(j) => rc[j].clone(),
+            None => oc[d].clone(),
+        })
+        .collect();
+    let v = g.eval(x, &Ix::coords(xc), false);
+    let body = std::mem::take(&mut g.body);
+
+    let ct = compute_type(x.dtype());
+    let out_dt = root.dtype();
+    let mut src = header(g.meta.len(), out_dt, g.uses_f16, caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&format!("fn reduce_input(o: u32, r: u32) -> {ct} {{\n{body}    return {v};\n}}\n"));
+    src.push_str(&format!("struct Acc {{ v: {ct}, i: u32 }}\n"));
+    src.push_str(&combine(*op, x.dtype()));
+    let store = match op {
+        ReduceOp::ArgMax | ReduceOp::ArgMin => "i32(a.i)",
+        _ => "a.v",
+    };
+    src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o] = {store};\n}}\n"));
+    let small = len <= SMALL_LEN;
+    src.push_str(if small { sources::REDUCE_SMALL } else { sources::REDUCE });
+
+    let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());
+    let groups = if small { (n_out as u64).div_ceil(WG as u64) } else { n_out as u64 };
+    let workgroups = fold_groups(groups, caps, &label)?;
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta: g.meta,
+        inputs: g.leaves,
+        output: root.clone(),
+        checks: g.checks,
+        status_slot: g.status_slot,
+        workgroups,
+    })
+}
+
+/// The accumulator's identity and combine rule. Ties keep the lower index; NaN wins
+/// max/min (as in PyTorch).
+fn combine(op: ReduceOp, dt: DType) -> String {
+    let float = dt.is_float();
+    let (lowest, highest) = match dt {
+        DType::I32 => ("-2147483647i - 1i", "2147483647i"),
+        DType::U32 => ("0u", "4294967295u"),
+        _ => ("bitcast<f32>(0xff800000u)", "bitcast<f32>(0x7f800000u)"),
+    };
+    let zero = match dt {
+        DType::I32 => "0i",
+        DType::U32 => "0u",
+        _ => "0.0",
+    };
+    let none = "4294967295u";
+    let nan_rule = if float {
+        "    if (is_nan_f(a.v)) { if (is_nan_f(b.v) && b.i < a.i) { return b; } return a; }\n    if (is_nan_f(b.v)) { return b; }\n"
+    } else {
+        ""
+    };
+    match op {
+        ReduceOp::Sum => format!(
+            "fn acc_identity() -> Acc {{ return Acc({zero}, {none}); }}\nfn combine(a: Acc, b: Acc) -> Acc {{\n    return Acc(a.v + b.v, min(a.i, b.i));\n}}\n"
+        ),
+        ReduceOp::Max | ReduceOp::ArgMax | ReduceOp::Min | ReduceOp::ArgMin => {
+            let is_max = matches!(op, ReduceOp::Max | ReduceOp::ArgMax);
+            let (ident, cmp) = if is_max { (lowest, ">") } else { (highest, "<") };
+            format!(
+                "fn acc_identity() -> Acc {{ return Acc({ident}, {none}); }}\nfn combine(a: Acc, b: Acc) -> Acc {{\n{nan_rule}    if (b.v {cmp} a.v || (b.v == a.v && b.i < a.i)) {{ return b; }}\n    return a;\n}}\n"
+            )
+        }
+    }
+}

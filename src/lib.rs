@@ -1,0 +1,40 @@
+//! # Tessera
+//!
+//! A tensor engine in which every kernel is a WGSL compute shader run through wgpu, so the
+//! same code runs on Vulkan, Metal, DX12, GL and WebGPU in the browser.
+//!
+//! Tensors are lazy: ops record a graph, checked at once for shape and dtype errors (which
+//! are carried, with the caller's location, to the realisation). Asking for values
+//! schedules the graph into fused kernels, plans buffers from a pool, encodes every
+//! dispatch into one command encoder and submits once.
+//!
+//! ```no_run
+//! use tessera::{Device, Tensor, DType};
+//! let dev = Device::new()?;
+//! let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], [2, 2], &dev);
+//! let w = Tensor::randn([2, 3], 42, &dev);
+//! let y = (x.matmul(&w) + 1.0).relu().sum(&[-1], false);
+//! println!("{y}");
+//! let values: Vec<f32> = y.to_vec_blocking()?;
+//! # Ok::<(), tessera::Error>(())
+//! ```
+
+pub mod device;
+mod display;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod kernels;
+pub mod ops;
+pub mod reference;
+pub mod shape;
+pub mod stats;
+pub mod tensor;
+
+pub use device::{AdapterDescription, Capabilities, Device, DeviceInfo, DeviceOptions};
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use half::f16;
+pub use shape::Shape;
+pub use stats::{stats, Stats};
+pub use tensor::{read_all, Tensor};

@@ -1,0 +1,143 @@
+//! Counters since process start: kernels, submits, pipelines, buffers and bytes.
+//! Each device keeps its own; [`stats`] sums them process-wide.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A snapshot of the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Compute dispatches encoded.
+    pub kernels_dispatched: u64,
+    /// Queue submissions.
+    pub submits: u64,
+    /// Realisations run (each is at most one submit).
+    pub realizations: u64,
+    /// Compute pipelines compiled (cache misses).
+    pub pipelines_compiled: u64,
+    /// Pipeline cache hits.
+    pub pipeline_cache_hits: u64,
+    /// Device buffers created (pool misses).
+    pub buffers_allocated: u64,
+    /// Bytes of device buffers held by live tensors and running plans.
+    pub bytes_in_use: u64,
+    /// The most `bytes_in_use` has been.
+    pub peak_bytes: u64,
+    /// Bytes of every device buffer created and not yet destroyed, pooled ones included.
+    pub bytes_allocated: u64,
+}
+
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kernels {} | submits {} | realizations {} | pipelines {} (cache hits {}) | buffers {} | in use {} B (peak {} B) | allocated {} B",
+            self.kernels_dispatched,
+            self.submits,
+            self.realizations,
+            self.pipelines_compiled,
+            self.pipeline_cache_hits,
+            self.buffers_allocated,
+            self.bytes_in_use,
+            self.peak_bytes,
+            self.bytes_allocated
+        )
+    }
+}
+
+/// Live counters of one device (and of the whole process).
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub kernels: AtomicU64,
+    pub submits: AtomicU64,
+    pub realizations: AtomicU64,
+    pub pipelines: AtomicU64,
+    pub pipeline_hits: AtomicU64,
+    pub buffers: AtomicU64,
+    pub in_use: AtomicU64,
+    pub peak: AtomicU64,
+    pub allocated: AtomicU64,
+}
+
+pub(crate) static GLOBAL: Counters = Counters {
+    kernels: AtomicU64::new(0),
+    submits: AtomicU64::new(0),
+    realizations: AtomicU64::new(0),
+    pipelines: AtomicU64::new(0),
+    pipeline_hits: AtomicU64::new(0),
+    buffers: AtomicU64::new(0),
+    in_use: AtomicU64::new(0),
+    peak: AtomicU64::new(0),
+    allocated: AtomicU64::new(0),
+};
+
+/// Which counter to bump.
+#[derive(Clone, Copy)]
+pub(crate) enum Counter {
+    Kernels,
+    Submits,
+    Realizations,
+    Pipelines,
+    PipelineHits,
+    Buffers,
+}
+
+impl Counters {
+    fn field(&self, c: Counter) -> &AtomicU64 {
+        match c {
+            Counter::Kernels => &self.kernels,
+            Counter::Submits => &self.submits,
+            Counter::Realizations => &self.realizations,
+            Counter::Pipelines => &self.pipelines,
+            Counter::PipelineHits => &self.pipeline_hits,
+            Counter::Buffers => &self.buffers,
+        }
+    }
+
+    /// Add `n` to counter `c` here and in the process-wide total.
+    pub fn add(&self, c: Counter, n: u64) {
+        self.field(c).fetch_add(n, Relaxed);
+        GLOBAL.field(c).fetch_add(n, Relaxed);
+    }
+
+    /// Bytes checked out of the pool (positive) or returned (negative).
+    pub fn in_use(&self, delta: i64) {
+        for c in [self, &GLOBAL] {
+            let now = if delta >= 0 {
+                c.in_use.fetch_add(delta as u64, Relaxed) + delta as u64
+            } else {
+                c.in_use.fetch_sub((-delta) as u64, Relaxed) - (-delta) as u64
+            };
+            c.peak.fetch_max(now, Relaxed);
+        }
+    }
+
+    /// Bytes of buffers created (positive) or destroyed (negative).
+    pub fn allocated(&self, delta: i64) {
+        for c in [self, &GLOBAL] {
+            if delta >= 0 {
+                c.allocated.fetch_add(delta as u64, Relaxed);
+            } else {
+                c.allocated.fetch_sub((-delta) as u64, Relaxed);
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> Stats {
+        Stats {
+            kernels_dispatched: self.kernels.load(Relaxed),
+            submits: self.submits.load(Relaxed),
+            realizations: self.realizations.load(Relaxed),
+            pipelines_compiled: self.pipelines.load(Relaxed),
+            pipeline_cache_hits: self.pipeline_hits.load(Relaxed),
+            buffers_allocated: self.buffers.load(Relaxed),
+            bytes_in_use: self.in_use.load(Relaxed),
+            peak_bytes: self.peak.load(Relaxed),
+            bytes_allocated: self.allocated.load(Relaxed),
+        }
+    }
+}
+
+/// Process-wide counters since start, summed over every device.
+pub fn stats() -> Stats {
+    GLOBAL.snapshot()
+}

@@ -1,0 +1,281 @@
+//! `Tensor`, the user's handle: a cheap-to-clone reference to a node of the lazy graph.
+//! The ops are its methods, one file per family under `src/ops/`.
+
+use crate::device::{Device, Storage};
+use crate::graph::Op;
+use crate::{DType, Element, Error, Result, Shape};
+use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One node of the lazy graph.
+pub struct Node {
+    /// Unique id (process-wide).
+    pub id: u64,
+    /// What this node computes.
+    pub op: Op,
+    /// Its inputs, in the op's order.
+    pub inputs: Vec<Tensor>,
+    /// Checked output shape.
+    pub shape: Shape,
+    /// Checked output dtype.
+    pub dtype: DType,
+    /// Where the user called the op.
+    pub location: &'static Location<'static>,
+    pub(crate) device: Device,
+    /// The first error found while building this node or any node under it.
+    pub(crate) error: Option<Error>,
+    /// The realised value, once computed.
+    pub(crate) storage: Mutex<Option<Storage>>,
+}
+
+impl Drop for Node {
+    // Drop long chains iteratively so a deep graph cannot overflow the stack.
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(t) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(t.0) {
+                stack.append(&mut node.inputs);
+            }
+        }
+    }
+}
+
+/// A lazy, reference-counted n-dimensional array on a [`Device`].
+///
+/// Ops record nodes and check shapes and dtypes at once; errors are carried by the
+/// result and returned when values are requested. Cloning is cheap.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<Node>);
+
+impl Tensor {
+    /// Build a node; the first error carried by an input propagates.
+    pub(crate) fn make_at(
+        op: Op,
+        inputs: Vec<Tensor>,
+        shape: Shape,
+        dtype: DType,
+        device: &Device,
+        location: &'static Location<'static>,
+    ) -> Tensor {
+        let error = inputs.iter().find_map(|t| t.0.error.clone());
+        Tensor(Arc::new(Node {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            op,
+            inputs,
+            shape,
+            dtype,
+            location,
+            device: device.clone(),
+            error,
+            storage: Mutex::new(None),
+        }))
+    }
+
+    /// A tensor that carries `err` (shape and dtype of `like`, no inputs).
+    pub(crate) fn failed(err: Error, like_dtype: DType, device: &Device) -> Tensor {
+        let location = err.location().unwrap_or(Location::caller());
+        Tensor(Arc::new(Node {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            op: Op::Full { value: 0.0 },
+            inputs: Vec::new(),
+            shape: Shape::default(),
+            dtype: like_dtype,
+            location,
+            device: device.clone(),
+            error: Some(err),
+            storage: Mutex::new(None),
+        }))
+    }
+
+    /// A realised tensor holding `storage`.
+    pub(crate) fn from_storage(storage: Storage, shape: Shape, dtype: DType, device: &Device) -> Tensor {
+        let t = Tensor::make_at(Op::Input, Vec::new(), shape, dtype, device, Location::caller());
+        *t.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = Some(storage);
+        t
+    }
+
+    /// `Ok(t)` becomes `t`; `Err(e)` becomes a tensor carrying `e`.
+    pub(crate) fn lift(&self, r: Result<Tensor>) -> Tensor {
+        r.unwrap_or_else(|e| Tensor::failed(e, self.dtype(), self.device()))
+    }
+
+    pub(crate) fn node(&self) -> &Node {
+        &self.0
+    }
+
+    /// Process-wide unique id of this node.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        &self.0.shape.0
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.0.shape
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.shape.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.shape.numel()
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// The device this tensor lives on.
+    pub fn device(&self) -> &Device {
+        &self.0.device
+    }
+
+    /// The op that produces this tensor.
+    pub fn op(&self) -> &Op {
+        &self.0.op
+    }
+
+    /// Where the op producing this tensor was called.
+    pub fn location(&self) -> &'static Location<'static> {
+        self.0.location
+    }
+
+    /// The first error recorded while building this tensor, if any. Realising returns it.
+    pub fn error(&self) -> Option<&Error> {
+        self.0.error.as_ref()
+    }
+
+    /// `Err` with the recorded error, or `Ok(())`.
+    pub fn check(&self) -> Result<()> {
+        match &self.0.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the value has been computed and is held.
+    pub fn is_realized(&self) -> bool {
+        self.0.storage.lock().map(|s| s.is_some()).unwrap_or(false)
+    }
+
+    pub(crate) fn storage(&self) -> Option<Storage> {
+        self.0.storage.lock().ok().and_then(|s| s.clone())
+    }
+
+    pub(crate) fn set_storage(&self, s: Storage) {
+        *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+    }
+
+    /// Compute this tensor's value and keep it on the device, without reading it back.
+    pub async fn realize(&self) -> Result<()> {
+        self.device().realize(std::slice::from_ref(self)).await
+    }
+
+    /// Read the values back, in row-major order. `T` must match the dtype.
+    pub async fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_element::<T>()?;
+        let mut v = self.device().read(std::slice::from_ref(self)).await?;
+        Ok(v.pop().unwrap_or_default().into_iter().map(T::from_f64).collect())
+    }
+
+    /// Read the values back as f64, whatever the dtype (bool as 0/1).
+    pub async fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let mut v = self.device().read(std::slice::from_ref(self)).await?;
+        Ok(v.pop().unwrap_or_default())
+    }
+
+    /// The single value of a one-element tensor.
+    pub async fn item<T: Element>(&self) -> Result<T> {
+        let v = self.to_vec::<T>().await?;
+        if v.len() != 1 {
+            return Err(Error::Shape {
+                op: "item",
+                shapes: vec![self.dims().to_vec()],
+                detail: "item() needs exactly one element".into(),
+                location: Location::caller(),
+            });
+        }
+        Ok(v[0])
+    }
+
+    fn check_element<T: Element>(&self) -> Result<()> {
+        self.check()?;
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "to_vec",
+                dtypes: vec![self.dtype(), T::DTYPE],
+                detail: format!("a {} tensor read as {}", self.dtype(), T::DTYPE),
+                location: Location::caller(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocking `realize` (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn realize_blocking(&self) -> Result<()> {
+        pollster::block_on(self.realize())
+    }
+
+    /// Blocking `to_vec` (native only; browsers cannot block).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_vec_blocking<T: Element>(&self) -> Result<Vec<T>> {
+        pollster::block_on(self.to_vec())
+    }
+
+    /// Blocking `to_f64_vec` (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn to_f64_vec_blocking(&self) -> Result<Vec<f64>> {
+        pollster::block_on(self.to_f64_vec())
+    }
+
+    /// Blocking `item` (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn item_blocking<T: Element>(&self) -> Result<T> {
+        pollster::block_on(self.item())
+    }
+
+    /// The graph under this tensor as Graphviz DOT, one node per op (before fusion).
+    pub fn to_dot(&self) -> String {
+        crate::graph::dot::graph_dot(std::slice::from_ref(self))
+    }
+
+    /// The graph under this tensor as Graphviz DOT after fusion: one cluster per kernel.
+    pub fn to_dot_fused(&self) -> String {
+        let max = self.device().max_kernel_inputs();
+        crate::graph::dot::schedule_dot(std::slice::from_ref(self), max)
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(id={}, op={}, shape={:?}, dtype={}{})",
+            self.id(),
+            self.op().name(),
+            self.dims(),
+            self.dtype(),
+            if self.is_realized() { ", realized" } else { "" }
+        )
+    }
+}
+
+/// Read several tensors with one realisation (one submit).
+pub async fn read_all(tensors: &[Tensor]) -> Result<Vec<Vec<f64>>> {
+    let Some(first) = tensors.first() else {
+        return Ok(Vec::new());
+    };
+    first.device().read(tensors).await
+}
