@@ -1,6 +1,8 @@
 use tessera::{DType, Device, Tensor};
 fn main() {
-    for a in Device::list() { println!("{:?}", a); }
+    for a in Device::list() {
+        println!("{:?}", a);
+    }
     let dev = Device::new().unwrap();
     println!("{:?}", dev.info());
     let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], [2, 2], &dev);
@@ -12,7 +14,7 @@ fn main() {
     println!("{}", w.softmax(-1));
     println!("{}", w.argmax(&[0], false));
     println!("{}", Tensor::eye(3, DType::F32, &dev));
-    println!("{}", Tensor::randn([2,3], 1, &dev));
+    println!("{}", Tensor::randn([2, 3], 1, &dev));
     println!("{}", w.cast(DType::F16).exp());
     println!("{:?}", tessera::stats());
 }

@@ -54,6 +54,9 @@ fn erf_f(x: f32) -> f32 {
 
 // tanh that saturates instead of overflowing exp.
 fn tanh_f(x: f32) -> f32 {
+    if (is_nan_f(x)) {
+        return x;
+    }
     if (abs(x) > 10.0) {
         return select(1.0, -1.0, x < 0.0);
     }
@@ -76,4 +79,57 @@ fn rand_normal(i: u32, lo: u32, hi: u32) -> f32 {
     let u1 = rand_uniform(i, lo, hi, 1u);
     let u2 = rand_uniform(i, lo, hi, 2u);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+// Integer division with WGSL's defined results on every backend: x / 0 = x and
+// MIN / -1 = MIN (GLSL and HLSL leave both undefined).
+fn div_i(a: i32, b: i32) -> i32 {
+    if (b == 0i || (a == (-2147483647i - 1i) && b == -1i)) {
+        return a;
+    }
+    return a / b;
+}
+
+fn div_u(a: u32, b: u32) -> u32 {
+    if (b == 0u) {
+        return a;
+    }
+    return a / b;
+}
+
+// relu that keeps NaN even where the backend's comparisons do not follow IEEE.
+fn relu_f(x: f32) -> f32 {
+    if (is_nan_f(x)) {
+        return x;
+    }
+    return max(x, 0.0);
+}
+
+// Float-to-integer conversions that saturate (NaN gives 0) on every backend, matching
+// WGSL's defined results where GLSL and HLSL leave them undefined.
+fn f2i(x: f32) -> i32 {
+    if (is_nan_f(x)) {
+        return 0i;
+    }
+    return i32(clamp(x, -2147483648.0, 2147483520.0));
+}
+
+fn f2u(x: f32) -> u32 {
+    if (is_nan_f(x)) {
+        return 0u;
+    }
+    return u32(clamp(x, 0.0, 4294967040.0));
+}
+
+// Comparisons that are false for NaN (true for !=) even where the backend's are not IEEE.
+fn lt_f(a: f32, b: f32) -> bool {
+    return a < b && !is_nan_f(a) && !is_nan_f(b);
+}
+
+fn le_f(a: f32, b: f32) -> bool {
+    return a <= b && !is_nan_f(a) && !is_nan_f(b);
+}
+
+fn eq_f(a: f32, b: f32) -> bool {
+    return a == b && !is_nan_f(a) && !is_nan_f(b);
 }

@@ -23,22 +23,46 @@ pub(crate) fn render(values: &[f64], dims: &[usize], dt: DType) -> String {
     let summarize = values.len() > THRESHOLD;
     let cells: Vec<String> = values.iter().map(|&v| fmt_value(v, dt)).collect();
     let width = cells.iter().map(|c| c.len()).max().unwrap_or(1);
-    fn rec(cells: &[String], dims: &[usize], offset: usize, depth: usize, indent: usize, width: usize, summarize: bool) -> String {
+    fn rec(
+        cells: &[String],
+        dims: &[usize],
+        offset: usize,
+        depth: usize,
+        indent: usize,
+        width: usize,
+        summarize: bool,
+    ) -> String {
         if dims.is_empty() {
             return format!("{:>width$}", cells[offset]);
         }
         let n = dims[0];
         let stride: usize = dims[1..].iter().product();
         let idx: Vec<Option<usize>> = if summarize && n > 2 * EDGE {
-            (0..EDGE).map(Some).chain([None]).chain((n - EDGE..n).map(Some)).collect()
+            (0..EDGE)
+                .map(Some)
+                .chain([None])
+                .chain((n - EDGE..n).map(Some))
+                .collect()
         } else {
             (0..n).map(Some).collect()
         };
-        let sep = if dims.len() == 1 { ", ".to_string() } else { format!(",{}{}", "\n".repeat(dims.len() - 1), " ".repeat(indent + 1)) };
+        let sep = if dims.len() == 1 {
+            ", ".to_string()
+        } else {
+            format!(",{}{}", "\n".repeat(dims.len() - 1), " ".repeat(indent + 1))
+        };
         let parts: Vec<String> = idx
             .iter()
             .map(|i| match i {
-                Some(i) => rec(cells, &dims[1..], offset + i * stride, depth + 1, indent + 1, width, summarize),
+                Some(i) => rec(
+                    cells,
+                    &dims[1..],
+                    offset + i * stride,
+                    depth + 1,
+                    indent + 1,
+                    width,
+                    summarize,
+                ),
                 None => "...".to_string(),
             })
             .collect();
@@ -56,7 +80,11 @@ impl fmt::Display for Tensor {
         #[cfg(not(target_arch = "wasm32"))]
         {
             match self.to_f64_vec_blocking() {
-                Ok(v) => write!(f, "tensor({}, {tail})", render(&v, self.dims(), self.dtype())),
+                Ok(v) => write!(
+                    f,
+                    "tensor({}, {tail})",
+                    render(&v, self.dims(), self.dtype())
+                ),
                 Err(e) => write!(f, "tensor(<error: {e}>, {tail})"),
             }
         }
@@ -74,11 +102,17 @@ mod tests {
 
     #[test]
     fn renders_like_pytorch() {
-        assert_eq!(render(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::F32), "[[1.0000, 2.0000],\n        [3.0000, 4.0000]]");
+        assert_eq!(
+            render(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::F32),
+            "[[1.0000, 2.0000],\n        [3.0000, 4.0000]]"
+        );
         assert_eq!(render(&[1.0, 0.0], &[2], DType::Bool), "[ True, False]");
         assert_eq!(render(&[5.0], &[], DType::I32), "5");
         let long: Vec<f64> = (0..2000).map(|i| i as f64).collect();
         let s = render(&long, &[2000], DType::I32);
-        assert!(s.starts_with("[   0,    1,    2, ..., 1997, 1998, 1999]"), "{s}");
+        assert!(
+            s.starts_with("[   0,    1,    2, ..., 1997, 1998, 1999]"),
+            "{s}"
+        );
     }
 }

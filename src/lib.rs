@@ -37,4 +37,6 @@ pub use error::{Error, Result};
 pub use half::f16;
 pub use shape::Shape;
 pub use stats::{stats, Stats};
+#[cfg(not(target_arch = "wasm32"))]
+pub use tensor::read_all_blocking;
 pub use tensor::{read_all, Tensor};

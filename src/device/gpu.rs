@@ -38,6 +38,9 @@ pub(crate) struct GpuContext {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<Mutex<Option<String>>>,
     pub uncaptured: Arc<Mutex<Vec<String>>>,
+    /// wgpu's GL backend shares one context between threads and panics when it waits
+    /// too long for it; on GL every use of the device is serialised here.
+    serial: Option<Mutex<()>>,
 }
 
 fn type_rank(t: wgpu::DeviceType) -> u32 {
@@ -52,13 +55,20 @@ fn type_rank(t: wgpu::DeviceType) -> u32 {
 
 fn backend_rank(b: wgpu::Backend) -> u32 {
     match b {
-        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 | wgpu::Backend::BrowserWebGpu => 0,
+        wgpu::Backend::Vulkan
+        | wgpu::Backend::Metal
+        | wgpu::Backend::Dx12
+        | wgpu::Backend::BrowserWebGpu => 0,
         wgpu::Backend::Gl => 1,
         _ => 2,
     }
 }
 
-fn capabilities(subgroup_sizes: (u32, u32), features: wgpu::Features, limits: &wgpu::Limits) -> Capabilities {
+fn capabilities(
+    subgroup_sizes: (u32, u32),
+    features: wgpu::Features,
+    limits: &wgpu::Limits,
+) -> Capabilities {
     let subgroups = features.contains(wgpu::Features::SUBGROUP);
     Capabilities {
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
@@ -82,8 +92,14 @@ fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
         name: info.name.clone(),
         backend: format!("{:?}", info.backend),
         device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-        capabilities: capabilities((info.subgroup_min_size, info.subgroup_max_size), a.features(), &a.limits()),
+        driver: format!("{} {}", info.driver, info.driver_info)
+            .trim()
+            .to_string(),
+        capabilities: capabilities(
+            (info.subgroup_min_size, info.subgroup_max_size),
+            a.features(),
+            &a.limits(),
+        ),
     }
 }
 
@@ -123,7 +139,12 @@ async fn adapters() -> Vec<wgpu::Adapter> {
 }
 
 pub(crate) async fn list_adapters() -> Vec<AdapterDescription> {
-    adapters().await.iter().enumerate().map(|(i, a)| describe(i, a)).collect()
+    adapters()
+        .await
+        .iter()
+        .enumerate()
+        .map(|(i, a)| describe(i, a))
+        .collect()
 }
 
 fn no_adapter_help() -> String {
@@ -144,21 +165,34 @@ impl GpuContext {
             return Err(Error::NoAdapter(no_adapter_help()));
         }
         let adapter = if let Some(i) = options.adapter_index {
-            all.into_iter().nth(i).ok_or_else(|| Error::NoAdapter(format!("no adapter at index {i}")))?
+            all.into_iter()
+                .nth(i)
+                .ok_or_else(|| Error::NoAdapter(format!("no adapter at index {i}")))?
         } else if let Some(w) = wanted {
             let wl = w.to_lowercase();
-            let names: Vec<String> = all.iter().map(|a| {
-                let i = a.get_info();
-                format!("{} ({:?})", i.name, i.backend)
-            }).collect();
+            let names: Vec<String> = all
+                .iter()
+                .map(|a| {
+                    let i = a.get_info();
+                    format!("{} ({:?})", i.name, i.backend)
+                })
+                .collect();
             all.into_iter()
                 .find(|a| {
                     let i = a.get_info();
-                    i.name.to_lowercase().contains(&wl) || format!("{:?}", i.backend).to_lowercase().contains(&wl)
+                    i.name.to_lowercase().contains(&wl)
+                        || format!("{:?}", i.backend).to_lowercase().contains(&wl)
                 })
-                .ok_or_else(|| Error::NoAdapter(format!("no adapter matches TESSERA_ADAPTER={w:?}; found: {}", names.join(", "))))?
+                .ok_or_else(|| {
+                    Error::NoAdapter(format!(
+                        "no adapter matches TESSERA_ADAPTER={w:?}; found: {}",
+                        names.join(", ")
+                    ))
+                })?
         } else {
-            all.into_iter().next().ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
+            all.into_iter()
+                .next()
+                .ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
         };
         let info = adapter.get_info();
         let mut features = wgpu::Features::TIMESTAMP_QUERY;
@@ -177,17 +211,38 @@ impl GpuContext {
                 trace: wgpu::Trace::Off,
             })
             .await
-            .map_err(|e| Error::NoAdapter(format!("{} ({:?}) refused a device: {e}", info.name, info.backend)))?;
+            .map_err(|e| {
+                Error::NoAdapter(format!(
+                    "{} ({:?}) refused a device: {e}",
+                    info.name, info.backend
+                ))
+            })?;
         let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
+        if info.backend == wgpu::Backend::Gl {
+            ctx.serial = Some(Mutex::new(()));
+        }
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
-        ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
-        ctx.info.capabilities = capabilities((info.subgroup_min_size, info.subgroup_max_size), ctx.device.features(), &ctx.device.limits());
+        ctx.info.driver = format!("{} {}", info.driver, info.driver_info)
+            .trim()
+            .to_string();
+        if let Some(w) = options.max_workgroups_per_dimension {
+            ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
+        }
+        ctx.info.capabilities = capabilities(
+            (info.subgroup_min_size, info.subgroup_max_size),
+            ctx.device.features(),
+            &ctx.device.limits(),
+        );
         Ok(ctx)
     }
 
-    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue, forced_fallback: bool) -> GpuContext {
+    pub fn from_wgpu(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        forced_fallback: bool,
+    ) -> GpuContext {
         let lost = Arc::new(Mutex::new(None));
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         {
@@ -226,9 +281,17 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             lost,
             uncaptured,
+            serial: None,
             device,
             queue,
         }
+    }
+
+    /// Hold this while using the device where the backend needs serialising (GL).
+    pub fn exclusive(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.serial
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// `Err(DeviceLost)` once the device is gone.
@@ -241,41 +304,62 @@ impl GpuContext {
 
     /// Errors wgpu reported outside any scope since the last call.
     pub fn take_uncaptured(&self, context: &str) -> Result<()> {
-        let errs: Vec<String> = self.uncaptured.lock().map(|mut u| std::mem::take(&mut *u)).unwrap_or_default();
+        let errs: Vec<String> = self
+            .uncaptured
+            .lock()
+            .map(|mut u| std::mem::take(&mut *u))
+            .unwrap_or_default();
         if errs.is_empty() {
             Ok(())
         } else {
-            Err(Error::Gpu { context: context.into(), message: errs.join("; ") })
+            Err(Error::Gpu {
+                context: context.into(),
+                message: errs.join("; "),
+            })
         }
     }
 
     /// A storage buffer holding `bytes` (a multiple of 4).
     pub fn upload(&self, bytes: &[u8]) -> GpuStorage {
+        let _serial = self.exclusive();
         let buffer = self.pool.get(&self.device, bytes.len() as u64, STORAGE);
         if !bytes.is_empty() {
             self.queue.write_buffer(buffer.buffer(), 0, bytes);
         }
-        GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() }
+        GpuStorage {
+            buffer: Arc::new(buffer),
+            checks: Vec::new(),
+        }
     }
 
     /// The compiled pipeline for `source`, from the cache or compiled now.
     pub fn pipeline(&self, label: &str, source: &str) -> Arc<wgpu::ComputePipeline> {
-        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|c| c.get(source).cloned())
+        {
             self.counters.add(Counter::PipelineHits, 1);
             return p;
         }
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(label),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(label),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        }));
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+        let p = Arc::new(
+            self.device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(label),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                }),
+        );
         self.counters.add(Counter::Pipelines, 1);
         if let Ok(mut c) = self.pipelines.lock() {
             c.insert(source.to_string(), p.clone());
@@ -299,7 +383,10 @@ impl GpuContext {
             self.device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| match e {
-                    wgpu::PollError::Timeout => Error::Gpu { context: "readback".into(), message: e.to_string() },
+                    wgpu::PollError::Timeout => Error::Gpu {
+                        context: "readback".into(),
+                        message: e.to_string(),
+                    },
                     _ => Error::DeviceLost(e.to_string()),
                 })?;
         }
@@ -309,7 +396,10 @@ impl GpuContext {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     self.check_alive()?;
-                    return Err(Error::Gpu { context: "readback map".into(), message: e.to_string() });
+                    return Err(Error::Gpu {
+                        context: "readback map".into(),
+                        message: e.to_string(),
+                    });
                 }
                 Err(_) => {
                     self.check_alive()?;
@@ -318,9 +408,10 @@ impl GpuContext {
             }
             let len = (*len).max(4);
             let bytes = {
-                let view = b
-                    .get_mapped_range(0..len)
-                    .map_err(|e| Error::Gpu { context: "readback view".into(), message: e.to_string() })?;
+                let view = b.get_mapped_range(0..len).map_err(|e| Error::Gpu {
+                    context: "readback view".into(),
+                    message: e.to_string(),
+                })?;
                 view.to_vec()
             };
             b.unmap();
@@ -336,13 +427,22 @@ impl GpuContext {
             .filter(|c| c.result.lock().map(|r| r.is_none()).unwrap_or(true))
             .collect();
         if !todo.is_empty() {
-            let bufs: Vec<(&wgpu::Buffer, u64)> =
-                todo.iter().map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64)).collect();
+            let bufs: Vec<(&wgpu::Buffer, u64)> = todo
+                .iter()
+                .map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64))
+                .collect();
             let words = self.map_read(&bufs).await?;
             for (c, bytes) in todo.iter().zip(words) {
                 let mut res = Ok(());
                 for (k, chk) in c.checks.iter().enumerate() {
-                    let w = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+                    let w = |i: usize| {
+                        u32::from_le_bytes([
+                            bytes[4 * i],
+                            bytes[4 * i + 1],
+                            bytes[4 * i + 2],
+                            bytes[4 * i + 3],
+                        ])
+                    };
                     if w(2 * k) != 0 {
                         res = Err(chk.error(w(2 * k + 1) as i32 as i64));
                         break;

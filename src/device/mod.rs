@@ -8,7 +8,6 @@ use crate::stats::{Counters, Stats};
 use crate::{DType, Error, Result, Shape, Tensor};
 use std::sync::Arc;
 
-
 /// What an adapter can do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -74,6 +73,9 @@ pub struct DeviceOptions {
     /// Use every fallback path (packed f16, no subgroups). Defaults to
     /// `TESSERA_FORCE_FALLBACK=1`.
     pub force_fallback: bool,
+    /// Test hook: pretend the device allows at most this many workgroups per dispatch
+    /// dimension, so the folding of large dispatches is exercised on small tensors.
+    pub max_workgroups_per_dimension: Option<u32>,
 }
 
 impl DeviceOptions {
@@ -94,6 +96,7 @@ impl DeviceOptions {
             adapter: env("TESSERA_ADAPTER"),
             adapter_index: None,
             force_fallback: env("TESSERA_FORCE_FALLBACK").is_some_and(|v| v != "0"),
+            max_workgroups_per_dimension: None,
         }
     }
 }
@@ -241,7 +244,10 @@ impl Device {
     /// Most storage buffers a generated kernel may read.
     pub(crate) fn max_kernel_inputs(&self) -> usize {
         // Output and status take two of the stage's storage bindings.
-        (self.capabilities().max_storage_buffers_per_shader_stage.min(64) as usize)
+        (self
+            .capabilities()
+            .max_storage_buffers_per_shader_stage
+            .min(64) as usize)
             .saturating_sub(2)
             .max(2)
     }
@@ -249,7 +255,9 @@ impl Device {
     /// Put host values (already rounded to `dtype`) on this device.
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
         let storage = match &self.0.backend {
-            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
+            Backend::Gpu(g) => {
+                Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values))))
+            }
             Backend::Cpu => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)

@@ -32,7 +32,9 @@ pub(crate) struct PooledBuffer {
 
 impl PooledBuffer {
     pub fn buffer(&self) -> &wgpu::Buffer {
-        self.buffer.as_ref().expect("pooled buffer present until drop")
+        self.buffer
+            .as_ref()
+            .expect("pooled buffer present until drop")
     }
 }
 
@@ -41,7 +43,9 @@ impl Drop for PooledBuffer {
         if let Some(b) = self.buffer.take() {
             self.pool.counters.in_use(-(self.class as i64));
             if let Ok(mut free) = self.pool.free.lock() {
-                free.entry((self.usage.bits(), self.class)).or_default().push(b);
+                free.entry((self.usage.bits(), self.class))
+                    .or_default()
+                    .push(b);
             }
         }
     }
@@ -60,7 +64,12 @@ impl BufferPool {
     }
 
     /// A buffer of at least `bytes`, from the free list or newly created.
-    pub fn get(&self, device: &wgpu::Device, bytes: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
+    pub fn get(
+        &self,
+        device: &wgpu::Device,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> PooledBuffer {
         let class = size_class(bytes);
         let reused = self
             .0
@@ -109,7 +118,18 @@ mod tests {
 
     #[test]
     fn size_classes_cover_and_bound_waste() {
-        for b in [0u64, 1, 255, 256, 257, 1000, 4096, 5000, 1 << 20, (1 << 20) + 1] {
+        for b in [
+            0u64,
+            1,
+            255,
+            256,
+            257,
+            1000,
+            4096,
+            5000,
+            1 << 20,
+            (1 << 20) + 1,
+        ] {
             let c = size_class(b);
             assert!(c >= b.max(256), "{b} -> {c}");
             assert!(c <= b.max(256) * 2, "{b} -> {c}");

@@ -85,11 +85,19 @@ pub enum Op {
     /// Data that came from the host or a previous realisation; storage is attached.
     Input,
     /// Every element equal to `value`.
-    Full { value: f64 },
+    Full {
+        value: f64,
+    },
     /// `start + i * step` along a 1-D tensor.
-    Arange { start: f64, step: f64 },
+    Arange {
+        start: f64,
+        step: f64,
+    },
     /// Counter-based random numbers: uniform in [0, 1) or standard normal.
-    Rand { seed: u64, normal: bool },
+    Rand {
+        seed: u64,
+        normal: bool,
+    },
     Unary(UnaryOp),
     Binary(BinaryOp),
     /// `where(mask, a, b)`, all three of one shape.
@@ -101,19 +109,36 @@ pub enum Op {
     /// numpy broadcast of the input to the node's shape.
     Expand,
     /// Output axis `i` is input axis `perm[i]`.
-    Permute { perm: Vec<usize> },
+    Permute {
+        perm: Vec<usize>,
+    },
     /// Output coordinate `c` reads input coordinate `start + c * step`, per axis.
-    Slice { starts: Vec<usize>, steps: Vec<usize> },
+    Slice {
+        starts: Vec<usize>,
+        steps: Vec<usize>,
+    },
     /// Constant padding; `before[i]` elements precede each axis.
-    Pad { before: Vec<usize>, value: f64 },
+    Pad {
+        before: Vec<usize>,
+        value: f64,
+    },
     /// Inputs joined along `axis`.
-    Concat { axis: usize },
+    Concat {
+        axis: usize,
+    },
     /// `out[c] = x[c with c[axis] = index[c]]`; inputs `(x, index)`.
-    Gather { axis: usize },
+    Gather {
+        axis: usize,
+    },
     /// `out[c] = x[c with c[axis] = index[c[axis]]]`; inputs `(x, index)`, index 1-D.
-    IndexSelect { axis: usize },
+    IndexSelect {
+        axis: usize,
+    },
     /// Reduction over `axes`, reduced axes kept as size 1.
-    Reduce { op: ReduceOp, axes: Vec<usize> },
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
     /// Batched matmul `[.., m, k] @ [.., k, n]` with broadcast batch axes (same rank).
     Matmul,
 }

@@ -21,10 +21,16 @@ pub(crate) struct Ix {
 
 impl Ix {
     pub fn lin(s: impl Into<String>) -> Ix {
-        Ix { lin: Some(s.into()), coords: None }
+        Ix {
+            lin: Some(s.into()),
+            coords: None,
+        }
     }
     pub fn coords(c: Vec<String>) -> Ix {
-        Ix { lin: None, coords: Some(c) }
+        Ix {
+            lin: None,
+            coords: Some(c),
+        }
     }
     fn key(&self) -> String {
         match (&self.lin, &self.coords) {
@@ -173,7 +179,12 @@ impl<'a> Gen<'a> {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
-            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps));
+            s.push_str(&load_fn(
+                &format!("ld{k}"),
+                &format!("in{k}"),
+                t.dtype(),
+                &self.caps,
+            ));
         }
         s
     }
@@ -211,7 +222,10 @@ impl<'a> Gen<'a> {
         }
         let n = t.node();
         let dt = t.dtype();
-        if !matches!(n.op, Op::Reshape | Op::Expand | Op::Permute { .. } | Op::Slice { .. }) {
+        if !matches!(
+            n.op,
+            Op::Reshape | Op::Expand | Op::Permute { .. } | Op::Slice { .. }
+        ) {
             self.ops.push(n.op.name());
         }
         let v = match &n.op {
@@ -235,12 +249,14 @@ impl<'a> Gen<'a> {
             Op::Unary(u) => {
                 let x = self.eval(&n.inputs[0], ix, false);
                 let e = unary_expr(*u, &x, dt);
+                let e = self.round_f16(e, dt);
                 self.let_("v", e)
             }
             Op::Binary(b) => {
                 let a = self.eval(&n.inputs[0], ix, false);
                 let c = self.eval(&n.inputs[1], ix, false);
                 let e = binary_expr(*b, &a, &c, n.inputs[0].dtype());
+                let e = self.round_f16(e, dt);
                 self.let_("v", e)
             }
             Op::Where => {
@@ -263,7 +279,13 @@ impl<'a> Gen<'a> {
                 let src = &n.inputs[0];
                 let off = t.rank() - src.rank();
                 let cc = (0..src.rank())
-                    .map(|j| if src.dims()[j] == 1 { "0u".to_string() } else { c[off + j].clone() })
+                    .map(|j| {
+                        if src.dims()[j] == 1 {
+                            "0u".to_string()
+                        } else {
+                            c[off + j].clone()
+                        }
+                    })
                     .collect();
                 self.eval(src, &Ix::coords(cc), false)
             }
@@ -314,7 +336,10 @@ impl<'a> Gen<'a> {
                     inner
                 } else {
                     let pv = self.scalar(*value, dt);
-                    self.let_("v", format!("select({pv}, {inner}, {})", conds.join(" && ")))
+                    self.let_(
+                        "v",
+                        format!("select({pv}, {inner}, {})", conds.join(" && ")),
+                    )
                 }
             }
             Op::Concat { axis } => {
@@ -372,12 +397,20 @@ impl<'a> Gen<'a> {
                     }
                 };
                 self.checks.push(IndexCheck {
-                    op: if matches!(n.op, Op::Gather { .. }) { "gather" } else { "index_select" },
+                    op: if matches!(n.op, Op::Gather { .. }) {
+                        "gather"
+                    } else {
+                        "index_select"
+                    },
                     axis: *axis,
                     size,
                     location: n.location,
                 });
-                let bad = if idx.dtype() == DType::I32 { format!("bitcast<u32>({iv})") } else { iv.clone() };
+                let bad = if idx.dtype() == DType::I32 {
+                    format!("bitcast<u32>({iv})")
+                } else {
+                    iv.clone()
+                };
                 self.emit(&format!(
                     "if ({j} >= {sz}) {{ atomicStore(&status[{base} + {}u], 1u); atomicStore(&status[{base} + {}u], {bad}); }}",
                     2 * k,
@@ -397,6 +430,19 @@ impl<'a> Gen<'a> {
         };
         self.memo.insert(key, v.clone());
         v
+    }
+
+    /// f16 ops round their result to f16 (as the reference does), even when fused.
+    fn round_f16(&mut self, e: String, dt: DType) -> String {
+        if dt != DType::F16 {
+            return e;
+        }
+        self.uses_f16 = true;
+        if self.caps.native_f16 {
+            format!("f32(f16({e}))")
+        } else {
+            format!("unpack2x16float(pack2x16float(vec2<f32>({e}, 0.0))).x")
+        }
     }
 
     fn cast_expr(&mut self, x: &str, from: DType, to: DType) -> String {
@@ -423,6 +469,8 @@ impl<'a> Gen<'a> {
             ("f32", "bool") => format!("({x} != 0.0)"),
             ("i32", "bool") => format!("({x} != 0i)"),
             ("u32", "bool") => format!("({x} != 0u)"),
+            ("f32", "i32") => format!("f2i({x})"),
+            ("f32", "u32") => format!("f2u({x})"),
             (_, t) => format!("{t}({x})"),
         }
     }
@@ -453,7 +501,7 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Cos => format!("cos({x})"),
         UnaryOp::Tanh => format!("tanh_f({x})"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
-        UnaryOp::Relu if float => format!("select({x}, 0.0, {x} < 0.0)"),
+        UnaryOp::Relu if float => format!("relu_f({x})"),
         UnaryOp::Relu => format!("max({x}, {}(0))", compute_type(dt)),
         UnaryOp::GeluErf => format!("0.5 * {x} * (1.0 + erf_f({x} * 0.7071067811865476))"),
         UnaryOp::GeluTanh => {
@@ -473,12 +521,20 @@ fn binary_expr(b: BinaryOp, x: &str, y: &str, dt: DType) -> String {
         BinaryOp::Add => format!("{x} + {y}"),
         BinaryOp::Sub => format!("{x} - {y}"),
         BinaryOp::Mul => format!("{x} * {y}"),
+        BinaryOp::Div if dt == DType::I32 => format!("div_i({x}, {y})"),
+        BinaryOp::Div if dt == DType::U32 => format!("div_u({x}, {y})"),
         BinaryOp::Div => format!("{x} / {y}"),
         BinaryOp::Maximum if float => format!("max_f({x}, {y})"),
         BinaryOp::Minimum if float => format!("min_f({x}, {y})"),
         BinaryOp::Maximum => format!("max({x}, {y})"),
         BinaryOp::Minimum => format!("min({x}, {y})"),
         BinaryOp::Pow => format!("pow_f({x}, {y})"),
+        BinaryOp::Eq if float => format!("eq_f({x}, {y})"),
+        BinaryOp::Ne if float => format!("!eq_f({x}, {y})"),
+        BinaryOp::Lt if float => format!("lt_f({x}, {y})"),
+        BinaryOp::Le if float => format!("le_f({x}, {y})"),
+        BinaryOp::Gt if float => format!("lt_f({y}, {x})"),
+        BinaryOp::Ge if float => format!("le_f({y}, {x})"),
         BinaryOp::Eq => format!("{x} == {y}"),
         BinaryOp::Ne => format!("{x} != {y}"),
         BinaryOp::Lt => format!("{x} < {y}"),

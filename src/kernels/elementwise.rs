@@ -7,7 +7,11 @@ use crate::{DType, Result, Tensor};
 
 /// Render the kernel that materialises `root`. `is_leaf` says which nodes are read from
 /// buffers rather than recomputed.
-pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+pub fn render(
+    root: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+) -> Result<KernelSpec> {
     let mut g = Gen::new(*caps, is_leaf);
     let n = root.numel();
     g.slot(n as u32); // meta[0]: element count

@@ -11,18 +11,21 @@ pub const TILE: usize = 64;
 /// same rank ≥ 2, batch axes broadcast-compatible with `root`'s).
 pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Result<KernelSpec> {
     let r = root.rank();
+    // Shapes come from the node's operands (rank-aligned); buffers from `a` and `b`,
+    // which may be the un-reshaped tensors owning them.
+    let (ad, bd) = (root.node().inputs[0].dims(), root.node().inputs[1].dims());
     let (m, n) = (root.dims()[r - 2], root.dims()[r - 1]);
-    let k = a.dims()[r - 1];
+    let k = ad[r - 1];
     let mut meta = vec![m as u32, n as u32, k as u32, (r - 2) as u32];
     let (mut sa, mut sb) = ((m * k) as u64, (k * n) as u64);
     let mut axes = Vec::new();
     for d in (0..r - 2).rev() {
         let size = root.dims()[d];
-        let stride_a = if a.dims()[d] == 1 { 0 } else { sa };
-        let stride_b = if b.dims()[d] == 1 { 0 } else { sb };
+        let stride_a = if ad[d] == 1 { 0 } else { sa };
+        let stride_b = if bd[d] == 1 { 0 } else { sb };
         axes.push([size as u32, stride_a as u32, stride_b as u32]);
-        sa *= a.dims()[d] as u64;
-        sb *= b.dims()[d] as u64;
+        sa *= ad[d] as u64;
+        sb *= bd[d] as u64;
     }
     for ax in axes.iter().rev() {
         meta.extend_from_slice(ax);
@@ -35,7 +38,12 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
             2 + i,
             storage_type(t.dtype(), caps)
         ));
-        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps));
+        src.push_str(&load_fn(
+            &format!("ld_{name}"),
+            &format!("in_{name}"),
+            t.dtype(),
+            caps,
+        ));
     }
     src.push_str(sources::MATMUL);
     let batch: usize = root.dims()[..r - 2].iter().product();

@@ -112,7 +112,12 @@ pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCap
 
 /// The header every variant starts with: `enable` directives, `WG`, the meta binding
 /// and the output binding.
-pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &ShaderCaps) -> String {
+pub(crate) fn header(
+    meta_len: usize,
+    out_dtype: DType,
+    uses_f16: bool,
+    caps: &ShaderCaps,
+) -> String {
     let mut s = String::new();
     if uses_f16 && caps.native_f16 {
         s.push_str("enable f16;\n");

@@ -51,7 +51,12 @@ impl Tensor {
             precheck("squeeze", &[self], loc)?;
             let a = axis("squeeze", self, axis_, loc)?;
             if self.dims()[a] != 1 {
-                return Err(shape_err("squeeze", &[self.dims()], format!("axis {a} has size {}, not 1", self.dims()[a]), loc));
+                return Err(shape_err(
+                    "squeeze",
+                    &[self.dims()],
+                    format!("axis {a} has size {}, not 1", self.dims()[a]),
+                    loc,
+                ));
             }
             let mut d = self.dims().to_vec();
             d.remove(a);
@@ -69,14 +74,25 @@ impl Tensor {
                 return Err(shape_err(
                     "reshape",
                     &[self.dims(), dims],
-                    format!("cannot reshape {} elements into {} elements", self.numel(), n),
+                    format!(
+                        "cannot reshape {} elements into {} elements",
+                        self.numel(),
+                        n
+                    ),
                     loc,
                 ));
             }
             if dims == self.dims() {
                 return Ok(self.clone());
             }
-            Ok(Tensor::make_at(Op::Reshape, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
+            Ok(Tensor::make_at(
+                Op::Reshape,
+                vec![self.clone()],
+                Shape(dims.to_vec()),
+                self.dtype(),
+                self.device(),
+                loc,
+            ))
         })();
         self.lift(r)
     }
@@ -92,14 +108,32 @@ impl Tensor {
         precheck("permute", &[self], loc)?;
         let r = self.rank();
         let mut seen = vec![false; r];
-        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
-            return Err(shape_err("permute", &[self.dims(), perm], format!("{perm:?} is not a permutation of {r} axes"), loc));
+        if perm.len() != r
+            || perm
+                .iter()
+                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(shape_err(
+                "permute",
+                &[self.dims(), perm],
+                format!("{perm:?} is not a permutation of {r} axes"),
+                loc,
+            ));
         }
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(self.clone());
         }
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
-        Ok(Tensor::make_at(Op::Permute { perm: perm.to_vec() }, vec![self.clone()], Shape(dims), self.dtype(), self.device(), loc))
+        Ok(Tensor::make_at(
+            Op::Permute {
+                perm: perm.to_vec(),
+            },
+            vec![self.clone()],
+            Shape(dims),
+            self.dtype(),
+            self.device(),
+            loc,
+        ))
     }
 
     /// Swap two axes.
@@ -111,7 +145,10 @@ impl Tensor {
 
     pub(crate) fn transpose_at(&self, a: isize, b: isize, loc: Loc) -> Result<Tensor> {
         precheck("transpose", &[self], loc)?;
-        let (a, b) = (axis("transpose", self, a, loc)?, axis("transpose", self, b, loc)?);
+        let (a, b) = (
+            axis("transpose", self, a, loc)?,
+            axis("transpose", self, b, loc)?,
+        );
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.permute_at(&perm, loc)
@@ -135,13 +172,25 @@ impl Tensor {
     pub(crate) fn expand_at(&self, dims: &[usize], loc: Loc) -> Result<Tensor> {
         precheck("broadcast_to", &[self], loc)?;
         if !can_broadcast_to(self.dims(), dims) {
-            return Err(shape_err("broadcast_to", &[self.dims(), dims], "shape cannot be broadcast to the target", loc));
+            return Err(shape_err(
+                "broadcast_to",
+                &[self.dims(), dims],
+                "shape cannot be broadcast to the target",
+                loc,
+            ));
         }
         if dims == self.dims() {
             return Ok(self.clone());
         }
         check_numel("broadcast_to", dims, loc)?;
-        Ok(Tensor::make_at(Op::Expand, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
+        Ok(Tensor::make_at(
+            Op::Expand,
+            vec![self.clone()],
+            Shape(dims.to_vec()),
+            self.dtype(),
+            self.device(),
+            loc,
+        ))
     }
 
     /// Python slicing `x[start:end:step]` along one axis: negative `start`/`end` count
@@ -158,7 +207,11 @@ impl Tensor {
             let n = self.dims()[a] as isize;
             let clampi = |v: isize| if v < 0 { (v + n).max(0) } else { v.min(n) };
             let (s, e) = (clampi(start), clampi(end));
-            let len = if e > s { ((e - s) as usize).div_ceil(step) } else { 0 };
+            let len = if e > s {
+                ((e - s) as usize).div_ceil(step)
+            } else {
+                0
+            };
             self.slice_axis(a, s as usize, len, step, loc)
         })();
         self.lift(r)
@@ -173,14 +226,26 @@ impl Tensor {
             let a = axis("narrow", self, axis_, loc)?;
             let n = self.dims()[a];
             if start.checked_add(len).is_none_or(|e| e > n) {
-                return Err(shape_err("narrow", &[self.dims()], format!("start {start} + length {len} exceeds axis {a} of size {n}"), loc));
+                return Err(shape_err(
+                    "narrow",
+                    &[self.dims()],
+                    format!("start {start} + length {len} exceeds axis {a} of size {n}"),
+                    loc,
+                ));
             }
             self.slice_axis(a, start, len, 1, loc)
         })();
         self.lift(r)
     }
 
-    fn slice_axis(&self, a: usize, start: usize, len: usize, step: usize, loc: Loc) -> Result<Tensor> {
+    fn slice_axis(
+        &self,
+        a: usize,
+        start: usize,
+        len: usize,
+        step: usize,
+        loc: Loc,
+    ) -> Result<Tensor> {
         if start == 0 && step == 1 && len == self.dims()[a] {
             return Ok(self.clone());
         }
@@ -191,7 +256,14 @@ impl Tensor {
         steps[a] = step;
         let mut dims = self.dims().to_vec();
         dims[a] = len;
-        Ok(Tensor::make_at(Op::Slice { starts, steps }, vec![self.clone()], Shape(dims), self.dtype(), self.device(), loc))
+        Ok(Tensor::make_at(
+            Op::Slice { starts, steps },
+            vec![self.clone()],
+            Shape(dims),
+            self.dtype(),
+            self.device(),
+            loc,
+        ))
     }
 
     /// Join tensors along an existing axis. Shapes must match elsewhere.
@@ -206,14 +278,23 @@ impl Tensor {
     pub fn stack(tensors: &[Tensor], axis_: isize) -> Tensor {
         let loc = Location::caller();
         let Some(first) = tensors.first() else {
-            return Tensor::failed(arg_err("stack", "no tensors given", loc), DType::F32, &crate::Device::cpu());
+            return Tensor::failed(
+                arg_err("stack", "no tensors given", loc),
+                DType::F32,
+                &crate::Device::cpu(),
+            );
         };
         let r = (|| {
             let refs: Vec<&Tensor> = tensors.iter().collect();
             precheck("stack", &refs, loc)?;
             for t in tensors {
                 if t.dims() != first.dims() {
-                    return Err(shape_err("stack", &[first.dims(), t.dims()], "stacked tensors must have one shape", loc));
+                    return Err(shape_err(
+                        "stack",
+                        &[first.dims(), t.dims()],
+                        "stacked tensors must have one shape",
+                        loc,
+                    ));
                 }
             }
             let a = crate::shape::normalize_axis(axis_, first.rank() + 1).ok_or(Error::Axis {
@@ -240,17 +321,40 @@ impl Tensor {
             precheck("index_select", &[self, index], loc)?;
             let a = axis("index_select", self, axis_, loc)?;
             if !index.dtype().is_int() {
-                return Err(dtype_err("index_select", &[index.dtype()], "the index must be i32 or u32", loc));
+                return Err(dtype_err(
+                    "index_select",
+                    &[index.dtype()],
+                    "the index must be i32 or u32",
+                    loc,
+                ));
             }
             if index.rank() != 1 {
-                return Err(shape_err("index_select", &[self.dims(), index.dims()], "the index must be 1-D", loc));
+                return Err(shape_err(
+                    "index_select",
+                    &[self.dims(), index.dims()],
+                    "the index must be 1-D",
+                    loc,
+                ));
             }
             let mut d = self.dims().to_vec();
             d[a] = index.dims()[0];
             if self.dims()[a] == 0 && d[a] > 0 {
-                return Err(Error::IndexOutOfRange { op: "index_select", index: 0, axis: a, size: 0, location: loc });
+                return Err(Error::IndexOutOfRange {
+                    op: "index_select",
+                    index: 0,
+                    axis: a,
+                    size: 0,
+                    location: loc,
+                });
             }
-            Ok(Tensor::make_at(Op::IndexSelect { axis: a }, vec![self.clone(), index.clone()], Shape(d), self.dtype(), self.device(), loc))
+            Ok(Tensor::make_at(
+                Op::IndexSelect { axis: a },
+                vec![self.clone(), index.clone()],
+                Shape(d),
+                self.dtype(),
+                self.device(),
+                loc,
+            ))
         })();
         self.lift(r)
     }
@@ -264,10 +368,20 @@ impl Tensor {
             precheck("gather", &[self, index], loc)?;
             let a = axis("gather", self, axis_, loc)?;
             if !index.dtype().is_int() {
-                return Err(dtype_err("gather", &[index.dtype()], "the index must be i32 or u32", loc));
+                return Err(dtype_err(
+                    "gather",
+                    &[index.dtype()],
+                    "the index must be i32 or u32",
+                    loc,
+                ));
             }
             if index.rank() != self.rank()
-                || index.dims().iter().zip(self.dims()).enumerate().any(|(d, (&i, &s))| d != a && i > s)
+                || index
+                    .dims()
+                    .iter()
+                    .zip(self.dims())
+                    .enumerate()
+                    .any(|(d, (&i, &s))| d != a && i > s)
             {
                 return Err(shape_err(
                     "gather",
@@ -277,9 +391,22 @@ impl Tensor {
                 ));
             }
             if self.dims()[a] == 0 && index.numel() > 0 {
-                return Err(Error::IndexOutOfRange { op: "gather", index: 0, axis: a, size: 0, location: loc });
+                return Err(Error::IndexOutOfRange {
+                    op: "gather",
+                    index: 0,
+                    axis: a,
+                    size: 0,
+                    location: loc,
+                });
             }
-            Ok(Tensor::make_at(Op::Gather { axis: a }, vec![self.clone(), index.clone()], index.shape().clone(), self.dtype(), self.device(), loc))
+            Ok(Tensor::make_at(
+                Op::Gather { axis: a },
+                vec![self.clone(), index.clone()],
+                index.shape().clone(),
+                self.dtype(),
+                self.device(),
+                loc,
+            ))
         })();
         self.lift(r)
     }
@@ -291,7 +418,15 @@ impl Tensor {
         let r = (|| {
             precheck("pad", &[self], loc)?;
             if pads.len() != self.rank() {
-                return Err(arg_err("pad", format!("{} (before, after) pairs given for rank {}", pads.len(), self.rank()), loc));
+                return Err(arg_err(
+                    "pad",
+                    format!(
+                        "{} (before, after) pairs given for rank {}",
+                        pads.len(),
+                        self.rank()
+                    ),
+                    loc,
+                ));
             }
             let mut dims = Vec::with_capacity(pads.len());
             for (d, &(b, a)) in pads.iter().enumerate() {
@@ -304,7 +439,14 @@ impl Tensor {
             }
             let value = crate::reference::elementwise::cast(value, DType::F32, self.dtype());
             let before = pads.iter().map(|p| p.0).collect();
-            Ok(Tensor::make_at(Op::Pad { before, value }, vec![self.clone()], Shape(dims), self.dtype(), self.device(), loc))
+            Ok(Tensor::make_at(
+                Op::Pad { before, value },
+                vec![self.clone()],
+                Shape(dims),
+                self.dtype(),
+                self.device(),
+                loc,
+            ))
         })();
         self.lift(r)
     }
@@ -312,7 +454,11 @@ impl Tensor {
 
 fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
     let Some(first) = tensors.first() else {
-        return Tensor::failed(arg_err("concat", "no tensors given", loc), DType::F32, &crate::Device::cpu());
+        return Tensor::failed(
+            arg_err("concat", "no tensors given", loc),
+            DType::F32,
+            &crate::Device::cpu(),
+        );
     };
     let r = (|| {
         let refs: Vec<&Tensor> = tensors.iter().collect();
@@ -321,11 +467,22 @@ fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
         let mut total = 0usize;
         for t in tensors {
             if t.dtype() != first.dtype() {
-                return Err(dtype_err("concat", &[first.dtype(), t.dtype()], "concatenated tensors must share a dtype", loc));
+                return Err(dtype_err(
+                    "concat",
+                    &[first.dtype(), t.dtype()],
+                    "concatenated tensors must share a dtype",
+                    loc,
+                ));
             }
-            let same = t.rank() == first.rank() && (0..t.rank()).all(|d| d == a || t.dims()[d] == first.dims()[d]);
+            let same = t.rank() == first.rank()
+                && (0..t.rank()).all(|d| d == a || t.dims()[d] == first.dims()[d]);
             if !same {
-                return Err(shape_err("concat", &[first.dims(), t.dims()], format!("shapes differ off axis {a}"), loc));
+                return Err(shape_err(
+                    "concat",
+                    &[first.dims(), t.dims()],
+                    format!("shapes differ off axis {a}"),
+                    loc,
+                ));
             }
             total += t.dims()[a];
         }
@@ -335,7 +492,14 @@ fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
         let mut d = first.dims().to_vec();
         d[a] = total;
         check_numel("concat", &d, loc)?;
-        Ok(Tensor::make_at(Op::Concat { axis: a }, tensors.to_vec(), Shape(d), first.dtype(), first.device(), loc))
+        Ok(Tensor::make_at(
+            Op::Concat { axis: a },
+            tensors.to_vec(),
+            Shape(d),
+            first.dtype(),
+            first.device(),
+            loc,
+        ))
     })();
     first.lift(r)
 }

@@ -94,10 +94,13 @@ pub fn binary(op: BinaryOp, x: f64, y: f64, dt: DType) -> f64 {
 /// Conversion between dtypes: floats to integers truncate and saturate (NaN to 0);
 /// integers to integers wrap (two's complement reinterpretation); anything to bool is
 /// `!= 0`.
+///
+/// Float-to-integer conversion saturates at the largest *f32* value inside the integer
+/// range (2^31 - 128 and 2^32 - 256), as WGSL specifies.
 pub fn cast(x: f64, from: DType, to: DType) -> f64 {
     match to {
-        DType::I32 if from.is_float() => x as i32 as f64,
-        DType::U32 if from.is_float() => x as u32 as f64,
+        DType::I32 if from.is_float() => (x as i32 as f64).min(2_147_483_520.0),
+        DType::U32 if from.is_float() => (x as u32 as f64).min(4_294_967_040.0),
         _ => to.round(x),
     }
 }

@@ -39,7 +39,13 @@ pub fn permute(x: &[f64], from: &[usize], perm: &[usize]) -> Vec<f64> {
 }
 
 /// Output coordinate `c` reads `start + c * step` on each axis.
-pub fn slice(x: &[f64], from: &[usize], starts: &[usize], steps: &[usize], to: &[usize]) -> Vec<f64> {
+pub fn slice(
+    x: &[f64],
+    from: &[usize],
+    starts: &[usize],
+    steps: &[usize],
+    to: &[usize],
+) -> Vec<f64> {
     let n: usize = to.iter().product();
     let mut c = vec![0; to.len()];
     (0..n)
@@ -88,9 +94,21 @@ pub fn concat(xs: &[&[f64]], shapes: &[&[usize]], axis: usize, to: &[usize]) -> 
         .collect()
 }
 
-fn check_index(v: f64, size: usize, axis: usize, op: &'static str, location: &'static Location<'static>) -> Result<usize> {
+fn check_index(
+    v: f64,
+    size: usize,
+    axis: usize,
+    op: &'static str,
+    location: &'static Location<'static>,
+) -> Result<usize> {
     if v < 0.0 || v >= size as f64 {
-        return Err(Error::IndexOutOfRange { op, index: v as i64, axis, size, location });
+        return Err(Error::IndexOutOfRange {
+            op,
+            index: v as i64,
+            axis,
+            size,
+            location,
+        });
     }
     Ok(v as usize)
 }

@@ -1,0 +1,538 @@
+//! Every op on every adapter (and fallback path) against the CPU reference, on random
+//! inputs and odd shapes (1, 3, 17, 65, 257).
+
+mod common;
+use common::{check, check_with, data, rand_t, Tol};
+use tessera::{f16, DType, Device, Tensor};
+
+const SHAPES: [&[usize]; 5] = [&[1], &[3, 1], &[17, 3], &[2, 65], &[257]];
+
+#[test]
+fn creation_ops() {
+    check("creation", |d| {
+        vec![
+            Tensor::from_slice(&[1.5f32, -2.0, 3.25], [3], d),
+            Tensor::from_slice(&[1i32, -7, 9, 2], [2, 2], d),
+            Tensor::from_slice(&[1u32, 7, 4_000_000_000], [3], d),
+            Tensor::from_slice(&[true, false, true], [3, 1], d),
+            Tensor::from_slice(
+                &[
+                    f16::from_f32(0.5),
+                    f16::from_f32(-3.0),
+                    f16::from_f32(65504.0),
+                ],
+                [3],
+                d,
+            ),
+            Tensor::zeros([2, 3], DType::F32, d),
+            Tensor::ones([17], DType::I32, d),
+            Tensor::full(2.5, [3, 1, 2], DType::F16, d),
+            Tensor::arange(0.0, 17.0, 1.0, DType::F32, d),
+            Tensor::arange(-3.0, 10.0, 4.0, DType::I32, d),
+            Tensor::arange(1.0, 0.0, -0.25, DType::F32, d),
+            Tensor::eye(5, DType::F32, d),
+            Tensor::eye(3, DType::Bool, d),
+            Tensor::scalar(7.0, DType::U32, d),
+        ]
+    });
+}
+
+#[test]
+fn seeded_random_matches_everywhere() {
+    check_with(
+        "rand",
+        Some(Tol {
+            atol: 1e-6,
+            rtol: 1e-6,
+        }),
+        |d| {
+            vec![
+                Tensor::rand([65, 3], 7, d),
+                Tensor::rand([5], u64::MAX - 3, d),
+            ]
+        },
+    );
+    check_with(
+        "randn",
+        Some(Tol {
+            atol: 2e-5,
+            rtol: 2e-5,
+        }),
+        |d| vec![Tensor::randn([257], 11, d)],
+    );
+    // Statistics: mean near 0, variance near 1.
+    let cpu = Device::cpu();
+    let v = Tensor::randn([4096], 3, &cpu)
+        .to_vec_blocking::<f32>()
+        .unwrap();
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
+    assert!(
+        mean.abs() < 0.06 && (var - 1.0).abs() < 0.08,
+        "mean {mean} var {var}"
+    );
+    let u = Tensor::rand([4096], 3, &cpu)
+        .to_vec_blocking::<f32>()
+        .unwrap();
+    assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
+}
+
+#[test]
+fn unary_ops_f32() {
+    let loose = Tol {
+        atol: 2e-5,
+        rtol: 2e-5,
+    };
+    for (k, shape) in SHAPES.iter().enumerate() {
+        check_with(&format!("unary {shape:?}"), Some(loose), |d| {
+            let x = rand_t(shape, k as u64, -4.0, 4.0, d);
+            let p = rand_t(shape, 100 + k as u64, 0.05, 6.0, d);
+            vec![
+                x.neg(),
+                x.abs(),
+                x.exp(),
+                p.log(),
+                p.sqrt(),
+                p.rsqrt(),
+                x.sin(),
+                x.cos(),
+                x.tanh(),
+                x.sigmoid(),
+                x.relu(),
+                x.gelu(),
+                x.gelu_tanh(),
+                x.silu(),
+                x.floor(),
+                x.ceil(),
+                p.recip(),
+                x.square(),
+                x.clamp(-1.0, 0.5),
+                p.pow_scalar(1.7),
+                x.pow_scalar(3.0),
+                x.pow_scalar(2.0),
+            ]
+        });
+    }
+}
+
+#[test]
+fn unary_edge_values() {
+    check("edges", |d| {
+        let x = Tensor::from_slice(
+            &[0.0f32, -0.0, 1e-30, -1.0, 50.0, -50.0, 100.0, -100.0],
+            [8],
+            d,
+        );
+        vec![
+            x.tanh(),
+            x.sigmoid(),
+            x.exp(),
+            x.relu(),
+            x.silu(),
+            x.gelu(),
+            x.abs().sqrt(),
+            x.sqrt(),
+            x.log(),
+        ]
+    });
+}
+
+#[test]
+fn unary_ops_f16_and_int() {
+    check("unary f16", |d| {
+        let x = rand_t(&[17, 3], 5, -3.0, 3.0, d).cast(DType::F16);
+        vec![
+            x.exp(),
+            x.tanh(),
+            x.relu(),
+            x.neg(),
+            x.gelu(),
+            (x.sigmoid() * 2.0).cast(DType::F32),
+        ]
+    });
+    check("unary int", |d| {
+        let i = Tensor::from_slice(&[-5i32, 0, 7, i32::MIN, i32::MAX], [5], d);
+        let u = Tensor::from_slice(&[0u32, 3, u32::MAX], [3], d);
+        let m = Tensor::from_slice(&[true, false], [2], d);
+        vec![
+            i.neg(),
+            i.abs(),
+            i.relu(),
+            u.abs(),
+            u.relu(),
+            m.logical_not(),
+        ]
+    });
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let pairs: [(&[usize], &[usize]); 6] = [
+        (&[1], &[1]),
+        (&[17, 1], &[1, 65]),
+        (&[3, 1, 5], &[5]),
+        (&[257], &[]),
+        (&[2, 3, 4], &[2, 1, 4]),
+        (&[1, 3], &[4, 1]),
+    ];
+    for (k, (a, b)) in pairs.iter().enumerate() {
+        check(&format!("binary {a:?} {b:?}"), |d| {
+            let x = rand_t(a, k as u64, -3.0, 3.0, d);
+            let y = rand_t(b, 50 + k as u64, 0.5, 3.0, d);
+            vec![
+                x.add(&y),
+                x.sub(&y),
+                x.mul(&y),
+                x.div(&y),
+                x.maximum(&y),
+                x.minimum(&y),
+                y.pow(&x),
+                x.lt(&y),
+                x.le(&y),
+                x.gt(&y),
+                x.ge(&y),
+                x.eq(&x),
+                x.ne(&y),
+                &x + &y * 2.0 - 1.0,
+                2.0 - &x / &y,
+                -(&x * &y),
+            ]
+        });
+    }
+}
+
+#[test]
+fn binary_ops_integer_and_mask() {
+    check("binary int", |d| {
+        let a = Tensor::from_slice(&[7i32, -7, 7, -7, 0, i32::MIN, i32::MAX, 5], [8], d);
+        let b = Tensor::from_slice(&[2i32, 2, -2, -2, 3, -1, 2, 0], [8], d);
+        let u = Tensor::from_slice(&[7u32, 1, 0, u32::MAX], [4], d);
+        let v = Tensor::from_slice(&[2u32, 3, 5, 2], [4], d);
+        let m = a.gt_scalar(0.0);
+        let n = b.lt_scalar(0.0);
+        vec![
+            a.add(&b),
+            a.sub(&b),
+            a.mul(&b),
+            a.div(&b),
+            a.maximum(&b),
+            a.minimum(&b),
+            u.add(&v),
+            u.sub(&v),
+            u.mul(&v),
+            u.div(&v),
+            a.add_scalar(10.0),
+            m.logical_and(&n),
+            m.logical_or(&n),
+            m.eq(&n),
+            a.clamp(-3.0, 3.0),
+        ]
+    });
+}
+
+#[test]
+fn where_and_cast() {
+    check("where", |d| {
+        let x = rand_t(&[17, 3], 1, -1.0, 1.0, d);
+        let y = rand_t(&[3], 2, -1.0, 1.0, d);
+        let c = x.gt_scalar(0.0);
+        vec![
+            Tensor::where_(&c, &x, &y),
+            Tensor::where_(
+                &y.lt_scalar(0.0),
+                &Tensor::zeros([17, 1], DType::F32, d),
+                &x,
+            ),
+        ]
+    });
+    check("cast", |d| {
+        let f = Tensor::from_slice(
+            &[0.0f32, 1.5, -1.5, 2.7, -2.7, 1e10, -1e10, 65519.0, 1e-8],
+            [9],
+            d,
+        );
+        let i = Tensor::from_slice(&[0i32, 1, -1, 1000, -70000, i32::MAX], [6], d);
+        let u = Tensor::from_slice(&[0u32, 1, 3_000_000_000], [3], d);
+        let mut out = Vec::new();
+        for dt in DType::ALL {
+            out.push(f.cast(dt));
+            out.push(i.cast(dt));
+            out.push(u.cast(dt));
+            out.push(f.gt_scalar(0.0).cast(dt));
+        }
+        out.push(f.cast(DType::F16).cast(DType::F32));
+        out
+    });
+}
+
+#[test]
+fn reductions_over_axis_sets() {
+    let cases: [(&[usize], &[isize]); 8] = [
+        (&[1], &[]),
+        (&[17, 3], &[0]),
+        (&[17, 3], &[1]),
+        (&[2, 65], &[-1]),
+        (&[3, 5, 7], &[0, 2]),
+        (&[4, 257], &[1]),
+        (&[1023], &[0]),
+        (&[2, 3, 4, 5], &[1, 3]),
+    ];
+    for (k, (shape, axes)) in cases.iter().enumerate() {
+        let len: usize = if axes.is_empty() {
+            shape.iter().product()
+        } else {
+            axes.iter()
+                .map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize])
+                .product()
+        };
+        let tol = Tol::for_dtype(DType::F32).scaled(len);
+        check_with(&format!("reduce {shape:?} {axes:?}"), Some(tol), |d| {
+            let x = rand_t(shape, k as u64, -2.0, 2.0, d);
+            vec![
+                x.sum(axes, false),
+                x.sum(axes, true),
+                x.mean(axes, false),
+                x.max(axes, true),
+                x.min(axes, false),
+                x.var(axes, false),
+                x.argmax(axes, false),
+                x.argmin(axes, true),
+                (&x * 2.0).exp().sum(axes, false), // fused prologue
+            ]
+        });
+    }
+    check("reduce int and bool", |d| {
+        let i = Tensor::from_slice(&[3i32, -1, 4, -1, 5, 9, -2, 6], [2, 4], d);
+        let u = Tensor::from_slice(&[3u32, 1, 4, 1, 5, 9], [3, 2], d);
+        vec![
+            i.sum(&[1], false),
+            i.max(&[0], false),
+            i.min(&[], false),
+            i.argmax(&[1], false),
+            u.sum(&[0], false),
+            u.max(&[1], false),
+            i.gt_scalar(0.0).sum(&[], false),
+        ]
+    });
+    check("reduce ties take the first index", |d| {
+        let x = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 0.0, -1.0, -1.0], [2, 3], d);
+        vec![
+            x.argmax(&[1], false),
+            x.argmin(&[1], false),
+            x.argmax(&[], false),
+        ]
+    });
+}
+
+#[test]
+fn reductions_f16() {
+    check_with(
+        "reduce f16",
+        Some(Tol {
+            atol: 2e-2,
+            rtol: 2e-3,
+        }),
+        |d| {
+            let x = rand_t(&[5, 129], 3, -1.0, 1.0, d).cast(DType::F16);
+            vec![
+                x.sum(&[1], false),
+                x.mean(&[0], true),
+                x.max(&[1], false),
+                x.argmax(&[1], false),
+                x.softmax(-1),
+            ]
+        },
+    );
+}
+
+#[test]
+fn softmax_family() {
+    check("softmax", |d| {
+        let x = rand_t(&[3, 17], 9, -5.0, 5.0, d);
+        let big = Tensor::from_slice(&[1000.0f32, 1001.0, 999.0, -1000.0], [2, 2], d);
+        vec![
+            x.softmax(-1),
+            x.softmax(0),
+            x.log_softmax(1),
+            big.softmax(1),
+            big.log_softmax(0),
+        ]
+    });
+}
+
+#[test]
+fn movement_ops() {
+    check("movement", |d| {
+        let x = rand_t(&[3, 5, 7], 4, -1.0, 1.0, d);
+        vec![
+            x.reshape([15, 7]),
+            x.reshape([7, 15]).reshape([105]),
+            x.permute(&[2, 0, 1]),
+            x.transpose(0, 2),
+            x.t(),
+            x.slice(2, 1, 7, 2),
+            x.slice(1, -3, 100, 1),
+            x.slice(0, 2, 1, 1),
+            x.narrow(1, 1, 3),
+            x.unsqueeze(0).unsqueeze(-1),
+            x.narrow(0, 0, 1).squeeze(0),
+            Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3, 1], d).broadcast_to([2, 3, 4]),
+            x.pad(&[(1, 0), (0, 2), (3, 1)], -9.0),
+            x.flatten(),
+        ]
+    });
+}
+
+#[test]
+fn concat_stack_and_indexing() {
+    check("concat", |d| {
+        let a = rand_t(&[2, 3], 1, -1.0, 1.0, d);
+        let b = rand_t(&[2, 5], 2, -1.0, 1.0, d);
+        let c = rand_t(&[2, 1], 3, -1.0, 1.0, d);
+        let e = rand_t(&[2, 0], 3, -1.0, 1.0, d);
+        vec![
+            Tensor::concat(&[a.clone(), b.clone(), c.clone()], 1),
+            Tensor::concat(&[a.clone(), e.clone(), a.exp()], -1),
+            Tensor::concat(&[a.t(), b.t()], 0),
+            Tensor::stack(&[a.clone(), a.neg(), a.exp()], 0),
+            Tensor::stack(&[a.clone(), a.neg()], 2),
+        ]
+    });
+    check("index", |d| {
+        let x = rand_t(&[4, 6], 5, -1.0, 1.0, d);
+        let idx = Tensor::from_slice(&[3i32, 0, 0, 2, 1], [5], d);
+        let uidx = Tensor::from_slice(&[5u32, 1], [2], d);
+        let g = Tensor::from_slice(&[0i32, 3, 1, 2, 2, 0, 3, 1], [2, 4], d);
+        let g1 = Tensor::from_slice(&[5i32, 0, 1, 4, 4, 4], [3, 2], d);
+        vec![
+            x.index_select(0, &idx),
+            x.index_select(1, &uidx),
+            x.gather(0, &g),
+            x.gather(1, &g1),
+            x.index_select(0, &idx).relu().sum(&[1], false),
+        ]
+    });
+}
+
+#[test]
+fn fused_chains_of_movement_and_elementwise() {
+    check("chains", |d| {
+        let x = rand_t(&[4, 6], 6, -1.0, 1.0, d);
+        let y = rand_t(&[6], 7, -1.0, 1.0, d);
+        let p = x
+            .permute(&[1, 0])
+            .slice(0, 1, 6, 2)
+            .pad(&[(1, 1), (0, 0)], 0.5);
+        let q = Tensor::concat(&[x.exp(), x.t().reshape([4, 6])], 0);
+        vec![
+            (&p * 3.0).tanh(),
+            (&q + &y).relu().sum(&[0], false),
+            x.add(&y).mul(&x).sub(&y.exp()).gelu().sigmoid(),
+            x.index_select(1, &Tensor::from_slice(&[5i32, 0], [2], d))
+                .pad(&[(0, 0), (1, 1)], 0.0)
+                * 2.0,
+        ]
+    });
+}
+
+#[test]
+fn matmul_shapes() {
+    let cases: [(&[usize], &[usize]); 9] = [
+        (&[1, 1], &[1, 1]),
+        (&[3, 17], &[17, 5]),
+        (&[65, 33], &[33, 17]),
+        (&[2, 3, 17, 65], &[65, 5]),
+        (&[4, 1, 1, 9], &[3, 9, 2]),
+        (&[17], &[17, 3]),
+        (&[3, 17], &[17]),
+        (&[17], &[17]),
+        (&[2, 70, 3], &[2, 3, 66]),
+    ];
+    for (k, (a, b)) in cases.iter().enumerate() {
+        let kd = a[a.len() - 1];
+        check_with(
+            &format!("matmul {a:?} @ {b:?}"),
+            Some(Tol::for_dtype(DType::F32).scaled(kd)),
+            |d| {
+                let x = rand_t(a, k as u64, -1.0, 1.0, d);
+                let y = rand_t(b, 40 + k as u64, -1.0, 1.0, d);
+                vec![x.matmul(&y)]
+            },
+        );
+    }
+    check_with(
+        "matmul epilogue and transposed operand",
+        Some(Tol {
+            atol: 1e-4,
+            rtol: 1e-5,
+        }),
+        |d| {
+            let x = rand_t(&[5, 7], 1, -1.0, 1.0, d);
+            let w = rand_t(&[3, 7], 2, -1.0, 1.0, d);
+            vec![
+                (x.matmul(&w.t()) + 1.0).relu(),
+                x.exp().matmul(&w.t().exp()).sum(&[], false),
+            ]
+        },
+    );
+    check_with(
+        "matmul f16",
+        Some(Tol {
+            atol: 1e-2,
+            rtol: 5e-3,
+        }),
+        |d| {
+            let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
+            let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);
+            vec![x.matmul(&y)]
+        },
+    );
+}
+
+#[test]
+fn empty_tensors_work() {
+    check("empty", |d| {
+        let e = Tensor::zeros([0, 3], DType::F32, d);
+        let x = rand_t(&[2, 3], 1, -1.0, 1.0, d);
+        vec![
+            &e + 1.0,
+            e.sum(&[0], false),
+            e.sum(&[], false),
+            e.mean(&[1], false),
+            Tensor::concat(&[e.clone(), x.clone()], 0),
+            e.matmul(&Tensor::ones([3, 4], DType::F32, d)),
+            Tensor::zeros([2, 0], DType::F32, d).matmul(&Tensor::zeros([0, 3], DType::F32, d)),
+            Tensor::arange(0.0, 0.0, 1.0, DType::I32, d),
+            e.reshape([3, 0]).t(),
+        ]
+    });
+}
+
+#[test]
+fn nan_propagates() {
+    check("nan", |d| {
+        let x = Tensor::from_slice(&[1.0f32, f32::NAN, -2.0, 3.0], [2, 2], d);
+        let y = Tensor::from_slice(&[0.0f32, 1.0, f32::NAN, 1.0], [2, 2], d);
+        vec![
+            &x + 1.0,
+            x.relu(),
+            x.exp().tanh(),
+            x.maximum(&y),
+            x.minimum(&y),
+            x.clamp(0.0, 1.0),
+            x.sum(&[1], false),
+            x.max(&[1], false),
+            x.min(&[0], false),
+            x.argmax(&[1], false),
+            x.matmul(&y),
+            x.softmax(1),
+            x.gt(&y),
+        ]
+    });
+}
+
+#[test]
+fn data_helper_is_deterministic() {
+    assert_eq!(data(5, 3, 0.0, 1.0), data(5, 3, 0.0, 1.0));
+    assert_ne!(data(5, 3, 0.0, 1.0), data(5, 4, 0.0, 1.0));
+}
