@@ -536,3 +536,17 @@ fn data_helper_is_deterministic() {
     assert_eq!(data(5, 3, 0.0, 1.0), data(5, 3, 0.0, 1.0));
     assert_ne!(data(5, 3, 0.0, 1.0), data(5, 4, 0.0, 1.0));
 }
+
+#[test]
+fn adapters_under_test() {
+    let devs = common::gpu_devices();
+    for d in devs {
+        eprintln!("testing on {}", common::label(d));
+    }
+    if std::env::var("TESSERA_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        assert!(
+            !devs.is_empty(),
+            "TESSERA_REQUIRE_GPU=1 but no adapter was found"
+        );
+    }
+}

@@ -38,9 +38,17 @@ pub(crate) struct GpuContext {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub lost: Arc<Mutex<Option<String>>>,
     pub uncaptured: Arc<Mutex<Vec<String>>>,
-    /// wgpu's GL backend shares one context between threads and panics when it waits
-    /// too long for it; on GL every use of the device is serialised here.
-    serial: Option<Mutex<()>>,
+    /// Whether this device must be used under [`GL_LOCK`].
+    serial: bool,
+}
+
+/// wgpu's GL backend shares one EGL context per adapter between threads and panics
+/// when it waits too long for it, so every GL use in the process is serialised here:
+/// adapter enumeration, device creation, uploads and realisations.
+static GL_LOCK: Mutex<()> = Mutex::new(());
+
+fn gl_lock() -> std::sync::MutexGuard<'static, ()> {
+    GL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn type_rank(t: wgpu::DeviceType) -> u32 {
@@ -119,12 +127,19 @@ fn instance() -> &'static wgpu::Instance {
 async fn adapters() -> Vec<wgpu::Adapter> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let mut v = instance().enumerate_adapters(wgpu::Backends::all()).await;
+        // Enumerated once per process: re-enumerating creates new GL contexts, which
+        // races with GL work on other threads.
+        static ADAPTERS: std::sync::OnceLock<Vec<wgpu::Adapter>> = std::sync::OnceLock::new();
+        if let Some(v) = ADAPTERS.get() {
+            return v.clone();
+        }
+        let _gl = gl_lock();
+        let mut v = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
         v.sort_by_key(|a| {
             let i = a.get_info();
             (type_rank(i.device_type), backend_rank(i.backend))
         });
-        v
+        ADAPTERS.get_or_init(|| v).clone()
     }
     #[cfg(target_arch = "wasm32")]
     {
@@ -195,6 +210,7 @@ impl GpuContext {
                 .ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
         };
         let info = adapter.get_info();
+        let _gl = (info.backend == wgpu::Backend::Gl).then(gl_lock);
         let mut features = wgpu::Features::TIMESTAMP_QUERY;
         if !force_fallback {
             features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
@@ -218,9 +234,7 @@ impl GpuContext {
                 ))
             })?;
         let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
-        if info.backend == wgpu::Backend::Gl {
-            ctx.serial = Some(Mutex::new(()));
-        }
+        ctx.serial = info.backend == wgpu::Backend::Gl;
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
@@ -281,17 +295,15 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             lost,
             uncaptured,
-            serial: None,
+            serial: false,
             device,
             queue,
         }
     }
 
     /// Hold this while using the device where the backend needs serialising (GL).
-    pub fn exclusive(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        self.serial
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    pub fn exclusive(&self) -> Option<std::sync::MutexGuard<'static, ()>> {
+        self.serial.then(gl_lock)
     }
 
     /// `Err(DeviceLost)` once the device is gone.

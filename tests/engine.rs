@@ -1,0 +1,280 @@
+//! The engine's promises: laziness, fusion, one submit per realisation, pipeline and
+//! buffer reuse, DOT output, printing, dispatch folding, and threads sharing a device.
+
+mod common;
+use common::{assert_close, gpu_devices, rand_t, Tol};
+use tessera::{DType, Device, DeviceOptions, Tensor};
+
+/// A private device (its counters see only this test), or None without a GPU.
+fn private_device(opts: DeviceOptions) -> Option<Device> {
+    let first = Device::list().into_iter().next()?;
+    Device::with_options(DeviceOptions {
+        adapter_index: Some(first.index),
+        ..opts
+    })
+    .ok()
+}
+
+#[test]
+fn ops_are_lazy_and_fuse_into_one_submit() {
+    let Some(d) = private_device(DeviceOptions::default()) else {
+        return;
+    };
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], [2, 3], &d);
+    let b = Tensor::from_slice(&[0.5f32, 1.0, 1.5], [3], &d);
+    let before = d.stats();
+    let y = ((&x + &b) * 2.0).relu().exp().neg().sigmoid();
+    assert_eq!(
+        d.stats().submits,
+        before.submits,
+        "building ops must not run anything"
+    );
+    assert!(!y.is_realized());
+    let v = y.to_vec_blocking::<f32>().unwrap();
+    let s = d.stats();
+    assert_eq!(s.submits - before.submits, 1, "one realisation, one submit");
+    assert_eq!(
+        s.kernels_dispatched - before.kernels_dispatched,
+        1,
+        "an element-wise chain with a broadcast is one kernel"
+    );
+    let want: Vec<f64> = [1.0f64, -2.0, 3.0, -4.0, 5.0, -6.0]
+        .iter()
+        .zip([0.5, 1.0, 1.5].iter().cycle())
+        .map(|(x, b)| 1.0 / (1.0 + (((x + b) * 2.0f64).max(0.0).exp()).exp()))
+        .collect();
+    assert_close(
+        "chain",
+        &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &want,
+        Tol {
+            atol: 1e-6,
+            rtol: 1e-5,
+        },
+    );
+
+    // Softmax: two reductions and the normalising element-wise kernel, still one submit.
+    let before = d.stats();
+    let p = x.softmax(-1);
+    let _ = p.to_vec_blocking::<f32>().unwrap();
+    let s = d.stats();
+    assert_eq!(s.submits - before.submits, 1);
+    assert_eq!(s.kernels_dispatched - before.kernels_dispatched, 3);
+
+    // The same structure at another shape reuses every pipeline.
+    let before = d.stats();
+    let z = rand_t(&[5, 7], 1, -1.0, 1.0, &d).softmax(-1);
+    let _ = z.to_vec_blocking::<f32>().unwrap();
+    let s = d.stats();
+    assert_eq!(
+        s.pipelines_compiled, before.pipelines_compiled,
+        "pipelines are keyed by structure, not shape"
+    );
+    assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 3);
+
+    // Realising several tensors at once is still one submit, and a realised tensor is
+    // read back without recomputation.
+    let before = d.stats();
+    let a = x.exp();
+    let c = x.sum(&[], false);
+    let vals = tessera::read_all_blocking(&[a.clone(), c.clone()]).unwrap();
+    assert_eq!(vals.len(), 2);
+    assert_eq!(d.stats().submits - before.submits, 1);
+    let k = d.stats().kernels_dispatched;
+    assert!(a.is_realized());
+    let _ = a.to_vec_blocking::<f32>().unwrap();
+    assert_eq!(
+        d.stats().kernels_dispatched,
+        k,
+        "reading a realised tensor runs no kernel"
+    );
+}
+
+#[test]
+fn buffers_are_pooled_and_accounted() {
+    let Some(d) = private_device(DeviceOptions::default()) else {
+        return;
+    };
+    let x = rand_t(&[64, 64], 1, -1.0, 1.0, &d);
+    let run = || {
+        let y = x.matmul(&x).relu().sum(&[1], false);
+        y.to_vec_blocking::<f32>().unwrap()
+    };
+    let _ = run();
+    let after_first = d.stats();
+    for _ in 0..5 {
+        let _ = run();
+    }
+    let s = d.stats();
+    assert_eq!(
+        s.buffers_allocated, after_first.buffers_allocated,
+        "steady state allocates nothing new"
+    );
+    assert_eq!(
+        s.bytes_in_use, after_first.bytes_in_use,
+        "no buffer leaks between realisations"
+    );
+    assert!(s.peak_bytes >= s.bytes_in_use && s.peak_bytes > 0);
+    drop(x);
+    assert!(
+        d.stats().bytes_in_use < s.bytes_in_use,
+        "dropping a tensor returns its buffer"
+    );
+    assert!(d.trim_pool() > 0);
+}
+
+#[test]
+fn graphs_print_as_dot_before_and_after_fusion() {
+    let d = Device::cpu();
+    let x = Tensor::ones([2, 3], DType::F32, &d);
+    let y = (x.exp() + 1.0).sum(&[1], false).relu();
+    let dot = y.to_dot();
+    assert!(dot.starts_with("digraph"));
+    for op in ["exp", "add", "reduce_sum", "relu", "reshape"] {
+        assert!(dot.contains(op), "{op} missing from {dot}");
+    }
+    let fused = y.to_dot_fused();
+    assert_eq!(fused.matches("subgraph cluster_").count(), 2, "{fused}");
+    assert!(
+        fused.contains("Reduce") && fused.contains("Elementwise"),
+        "{fused}"
+    );
+}
+
+#[test]
+fn tensors_print_like_pytorch() {
+    let d = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let x = Tensor::from_slice(&[1.0f32, 2.5, -3.0, 4.0], [2, 2], &d);
+    assert_eq!(
+        format!("{x}"),
+        "tensor([[ 1.0000,  2.5000],\n        [-3.0000,  4.0000]], shape=[2, 2], dtype=f32)"
+    );
+    let m = x.gt_scalar(2.0);
+    assert_eq!(
+        format!("{m}"),
+        "tensor([[False,  True],\n        [False,  True]], shape=[2, 2], dtype=bool)"
+    );
+    let big = Tensor::arange(0.0, 5000.0, 1.0, DType::I32, &d);
+    let s = format!("{big}");
+    assert!(
+        s.contains("...") && s.ends_with("shape=[5000], dtype=i32)"),
+        "{s}"
+    );
+    let bad = x.reshape([3]);
+    assert!(format!("{bad}").contains("reshape"));
+}
+
+#[test]
+fn wide_dispatches_fold_into_two_dimensions() {
+    let Some(d) = private_device(DeviceOptions {
+        max_workgroups_per_dimension: Some(4),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let cpu = Device::cpu();
+    let build = |dev: &Device| {
+        let x = rand_t(&[3000], 2, -1.0, 1.0, dev);
+        let r = rand_t(&[20, 9], 3, -1.0, 1.0, dev);
+        vec![
+            (&x * 2.0).exp(),
+            r.sum(&[1], false),
+            x.reshape([10, 300]).max(&[1], false),
+            x.cast(DType::F16) + 1.0,
+        ]
+    };
+    let want = tessera::read_all_blocking(&build(&cpu)).unwrap();
+    let got = tessera::read_all_blocking(&build(&d)).unwrap();
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let tol = if k == 3 {
+            Tol::for_dtype(DType::F16)
+        } else {
+            Tol {
+                atol: 1e-5,
+                rtol: 1e-5,
+            }
+        };
+        assert_close(&format!("folded output {k}"), g, w, tol);
+    }
+    // Over the folded limit (4 x 4 workgroups of 256) the error is clear.
+    let too_big = Tensor::zeros([256 * 16 + 1], DType::F32, &d) + 1.0;
+    let e = too_big.to_vec_blocking::<f32>().unwrap_err();
+    assert!(e.to_string().contains("workgroup"), "{e}");
+}
+
+#[test]
+fn tensors_and_devices_cross_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tensor>();
+    assert_send_sync::<Device>();
+    let devs: Vec<Device> = gpu_devices()
+        .iter()
+        .take(1)
+        .cloned()
+        .chain([Device::cpu()])
+        .collect();
+    for d in devs {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    for i in 0..3 {
+                        let x = Tensor::arange(0.0, 64.0, 1.0, DType::F32, &d).reshape([8, 8]);
+                        let y = (&x * (t + i) as f32).sum(&[1], false).sum(&[], false);
+                        out.push(y.item_blocking::<f32>().unwrap());
+                    }
+                    (t, out)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (t, out) = h.join().expect("thread panicked");
+            for (i, v) in out.iter().enumerate() {
+                assert_eq!(*v, (2016 * (t + i)) as f32);
+            }
+        }
+    }
+}
+
+#[test]
+fn async_readback_works_through_any_executor() {
+    let d = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
+    let v = futures_lite_block_on(async { (&x * &x).to_vec::<f32>().await }).unwrap();
+    assert_eq!(v, vec![1.0, 4.0, 9.0]);
+}
+
+/// A minimal executor of our own, to show `to_vec()` needs nothing from pollster.
+fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    fn noop(_: *const ()) {}
+    fn clone(p: *const ()) -> RawWaker {
+        RawWaker::new(p, &VTABLE)
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn an_application_can_share_its_wgpu_device() {
+    let Some(d) = private_device(DeviceOptions::default()) else {
+        return;
+    };
+    let (device, queue) = d.wgpu().unwrap();
+    let shared = Device::from_wgpu(device.clone(), queue.clone());
+    let x = Tensor::from_slice(&[1.0f32, 4.0, 9.0], [3], &shared);
+    assert_eq!(
+        x.sqrt().to_vec_blocking::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0]
+    );
+    assert_eq!(shared.stats().submits, 1);
+}
