@@ -12,53 +12,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// Shapes that do not fit the op (broadcast, matmul, reshape, concat, ...).
     #[error("{op}: shape mismatch: {detail} (shapes {shapes:?}) at {location}")]
-    Shape {
-        op: &'static str,
-        shapes: Vec<Vec<usize>>,
-        detail: String,
-        location: &'static Location<'static>,
-    },
+    Shape { op: &'static str, shapes: Vec<Vec<usize>>, detail: String, location: &'static Location<'static> },
     /// Dtypes that do not fit the op.
     #[error("{op}: dtype mismatch: {detail} (dtypes {dtypes:?}) at {location}")]
-    DType {
-        op: &'static str,
-        dtypes: Vec<DType>,
-        detail: String,
-        location: &'static Location<'static>,
-    },
+    DType { op: &'static str, dtypes: Vec<DType>, detail: String, location: &'static Location<'static> },
     /// An axis outside `-rank..rank`.
     #[error("{op}: axis {axis} out of range for a tensor of rank {rank} (shape {shape:?}) at {location}")]
-    Axis {
-        op: &'static str,
-        axis: isize,
-        rank: usize,
-        shape: Vec<usize>,
-        location: &'static Location<'static>,
-    },
+    Axis { op: &'static str, axis: isize, rank: usize, shape: Vec<usize>, location: &'static Location<'static> },
     /// An index outside its axis, found on the host or by the kernel's bounds check.
     #[error("{op}: index {index} out of range for axis {axis} of size {size} at {location}")]
-    IndexOutOfRange {
-        op: &'static str,
-        index: i64,
-        axis: usize,
-        size: usize,
-        location: &'static Location<'static>,
-    },
+    IndexOutOfRange { op: &'static str, index: i64, axis: usize, size: usize, location: &'static Location<'static> },
     /// Any other invalid argument (a negative step, a bad pad, ...).
     #[error("{op}: invalid argument: {detail} at {location}")]
-    InvalidArgument {
-        op: &'static str,
-        detail: String,
-        location: &'static Location<'static>,
-    },
+    InvalidArgument { op: &'static str, detail: String, location: &'static Location<'static> },
     /// Tensors from two different devices met in one op.
     #[error("{op}: tensors live on different devices ({a} and {b}) at {location}")]
-    DeviceMismatch {
-        op: &'static str,
-        a: String,
-        b: String,
-        location: &'static Location<'static>,
-    },
+    DeviceMismatch { op: &'static str, a: String, b: String, location: &'static Location<'static> },
     /// No adapter could be found or opened.
     #[error("no usable GPU adapter: {0}")]
     NoAdapter(String),
@@ -73,11 +42,7 @@ pub enum Error {
     OutOfMemory { context: String, requested: u64 },
     /// A tensor or dispatch exceeds a device limit.
     #[error("{what} needs {needed}, over the device limit of {limit}")]
-    Limit {
-        what: String,
-        needed: u64,
-        limit: u64,
-    },
+    Limit { what: String, needed: u64, limit: u64 },
     /// The operation is not available on this target (for example blocking on wasm).
     #[error("unsupported: {0}")]
     Unsupported(String),

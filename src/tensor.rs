@@ -91,20 +91,8 @@ impl Tensor {
     }
 
     /// A realised tensor holding `storage`.
-    pub(crate) fn from_storage(
-        storage: Storage,
-        shape: Shape,
-        dtype: DType,
-        device: &Device,
-    ) -> Tensor {
-        let t = Tensor::make_at(
-            Op::Input,
-            Vec::new(),
-            shape,
-            dtype,
-            device,
-            Location::caller(),
-        );
+    pub(crate) fn from_storage(storage: Storage, shape: Shape, dtype: DType, device: &Device) -> Tensor {
+        let t = Tensor::make_at(Op::Input, Vec::new(), shape, dtype, device, Location::caller());
         *t.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = Some(storage);
         t
     }
@@ -198,11 +186,7 @@ impl Tensor {
     pub async fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.check_element::<T>()?;
         let mut v = self.device().read(std::slice::from_ref(self)).await?;
-        Ok(v.pop()
-            .unwrap_or_default()
-            .into_iter()
-            .map(T::from_f64)
-            .collect())
+        Ok(v.pop().unwrap_or_default().into_iter().map(T::from_f64).collect())
     }
 
     /// Read the values back as f64, whatever the dtype (bool as 0/1).

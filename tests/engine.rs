@@ -8,11 +8,7 @@ use tessera::{DType, Device, DeviceOptions, Tensor};
 /// A private device (its counters see only this test), or None without a GPU.
 fn private_device(opts: DeviceOptions) -> Option<Device> {
     let first = Device::list().into_iter().next()?;
-    Device::with_options(DeviceOptions {
-        adapter_index: Some(first.index),
-        ..opts
-    })
-    .ok()
+    Device::with_options(DeviceOptions { adapter_index: Some(first.index), ..opts }).ok()
 }
 
 #[test]
@@ -24,11 +20,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let b = Tensor::from_slice(&[0.5f32, 1.0, 1.5], [3], &d);
     let before = d.stats();
     let y = ((&x + &b) * 2.0).relu().exp().neg().sigmoid();
-    assert_eq!(
-        d.stats().submits,
-        before.submits,
-        "building ops must not run anything"
-    );
+    assert_eq!(d.stats().submits, before.submits, "building ops must not run anything");
     assert!(!y.is_realized());
     let v = y.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
@@ -43,15 +35,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
         .zip([0.5, 1.0, 1.5].iter().cycle())
         .map(|(x, b)| 1.0 / (1.0 + (((x + b) * 2.0f64).max(0.0).exp()).exp()))
         .collect();
-    assert_close(
-        "chain",
-        &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
-        &want,
-        Tol {
-            atol: 1e-6,
-            rtol: 1e-5,
-        },
-    );
+    assert_close("chain", &v.iter().map(|&x| x as f64).collect::<Vec<_>>(), &want, Tol { atol: 1e-6, rtol: 1e-5 });
 
     // Softmax: two reductions and the normalising element-wise kernel, still one submit.
     let before = d.stats();
@@ -66,10 +50,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let z = rand_t(&[5, 7], 1, -1.0, 1.0, &d).softmax(-1);
     let _ = z.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
-    assert_eq!(
-        s.pipelines_compiled, before.pipelines_compiled,
-        "pipelines are keyed by structure, not shape"
-    );
+    assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
     assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 3);
 
     // Realising several tensors at once is still one submit, and a realised tensor is
@@ -83,11 +64,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let k = d.stats().kernels_dispatched;
     assert!(a.is_realized());
     let _ = a.to_vec_blocking::<f32>().unwrap();
-    assert_eq!(
-        d.stats().kernels_dispatched,
-        k,
-        "reading a realised tensor runs no kernel"
-    );
+    assert_eq!(d.stats().kernels_dispatched, k, "reading a realised tensor runs no kernel");
 }
 
 #[test]
@@ -106,20 +83,11 @@ fn buffers_are_pooled_and_accounted() {
         let _ = run();
     }
     let s = d.stats();
-    assert_eq!(
-        s.buffers_allocated, after_first.buffers_allocated,
-        "steady state allocates nothing new"
-    );
-    assert_eq!(
-        s.bytes_in_use, after_first.bytes_in_use,
-        "no buffer leaks between realisations"
-    );
+    assert_eq!(s.buffers_allocated, after_first.buffers_allocated, "steady state allocates nothing new");
+    assert_eq!(s.bytes_in_use, after_first.bytes_in_use, "no buffer leaks between realisations");
     assert!(s.peak_bytes >= s.bytes_in_use && s.peak_bytes > 0);
     drop(x);
-    assert!(
-        d.stats().bytes_in_use < s.bytes_in_use,
-        "dropping a tensor returns its buffer"
-    );
+    assert!(d.stats().bytes_in_use < s.bytes_in_use, "dropping a tensor returns its buffer");
     assert!(d.trim_pool() > 0);
 }
 
@@ -135,65 +103,38 @@ fn graphs_print_as_dot_before_and_after_fusion() {
     }
     let fused = y.to_dot_fused();
     assert_eq!(fused.matches("subgraph cluster_").count(), 2, "{fused}");
-    assert!(
-        fused.contains("Reduce") && fused.contains("Elementwise"),
-        "{fused}"
-    );
+    assert!(fused.contains("Reduce") && fused.contains("Elementwise"), "{fused}");
 }
 
 #[test]
 fn tensors_print_like_pytorch() {
     let d = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
     let x = Tensor::from_slice(&[1.0f32, 2.5, -3.0, 4.0], [2, 2], &d);
-    assert_eq!(
-        format!("{x}"),
-        "tensor([[ 1.0000,  2.5000],\n        [-3.0000,  4.0000]], shape=[2, 2], dtype=f32)"
-    );
+    assert_eq!(format!("{x}"), "tensor([[ 1.0000,  2.5000],\n        [-3.0000,  4.0000]], shape=[2, 2], dtype=f32)");
     let m = x.gt_scalar(2.0);
-    assert_eq!(
-        format!("{m}"),
-        "tensor([[False,  True],\n        [False,  True]], shape=[2, 2], dtype=bool)"
-    );
+    assert_eq!(format!("{m}"), "tensor([[False,  True],\n        [False,  True]], shape=[2, 2], dtype=bool)");
     let big = Tensor::arange(0.0, 5000.0, 1.0, DType::I32, &d);
     let s = format!("{big}");
-    assert!(
-        s.contains("...") && s.ends_with("shape=[5000], dtype=i32)"),
-        "{s}"
-    );
+    assert!(s.contains("...") && s.ends_with("shape=[5000], dtype=i32)"), "{s}");
     let bad = x.reshape([3]);
     assert!(format!("{bad}").contains("reshape"));
 }
 
 #[test]
 fn wide_dispatches_fold_into_two_dimensions() {
-    let Some(d) = private_device(DeviceOptions {
-        max_workgroups_per_dimension: Some(4),
-        ..Default::default()
-    }) else {
+    let Some(d) = private_device(DeviceOptions { max_workgroups_per_dimension: Some(4), ..Default::default() }) else {
         return;
     };
     let cpu = Device::cpu();
     let build = |dev: &Device| {
         let x = rand_t(&[3000], 2, -1.0, 1.0, dev);
         let r = rand_t(&[20, 9], 3, -1.0, 1.0, dev);
-        vec![
-            (&x * 2.0).exp(),
-            r.sum(&[1], false),
-            x.reshape([10, 300]).max(&[1], false),
-            x.cast(DType::F16) + 1.0,
-        ]
+        vec![(&x * 2.0).exp(), r.sum(&[1], false), x.reshape([10, 300]).max(&[1], false), x.cast(DType::F16) + 1.0]
     };
     let want = tessera::read_all_blocking(&build(&cpu)).unwrap();
     let got = tessera::read_all_blocking(&build(&d)).unwrap();
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let tol = if k == 3 {
-            Tol::for_dtype(DType::F16)
-        } else {
-            Tol {
-                atol: 1e-5,
-                rtol: 1e-5,
-            }
-        };
+        let tol = if k == 3 { Tol::for_dtype(DType::F16) } else { Tol { atol: 1e-5, rtol: 1e-5 } };
         assert_close(&format!("folded output {k}"), g, w, tol);
     }
     // Over the folded limit (4 x 4 workgroups of 256) the error is clear.
@@ -207,12 +148,7 @@ fn tensors_and_devices_cross_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Tensor>();
     assert_send_sync::<Device>();
-    let devs: Vec<Device> = gpu_devices()
-        .iter()
-        .take(1)
-        .cloned()
-        .chain([Device::cpu()])
-        .collect();
+    let devs: Vec<Device> = gpu_devices().iter().take(1).cloned().chain([Device::cpu()]).collect();
     for d in devs {
         let handles: Vec<_> = (0..4)
             .map(|t| {
@@ -272,9 +208,6 @@ fn an_application_can_share_its_wgpu_device() {
     let (device, queue) = d.wgpu().unwrap();
     let shared = Device::from_wgpu(device.clone(), queue.clone());
     let x = Tensor::from_slice(&[1.0f32, 4.0, 9.0], [3], &shared);
-    assert_eq!(
-        x.sqrt().to_vec_blocking::<f32>().unwrap(),
-        vec![1.0, 2.0, 3.0]
-    );
+    assert_eq!(x.sqrt().to_vec_blocking::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
     assert_eq!(shared.stats().submits, 1);
 }

@@ -21,15 +21,9 @@ fn expect_err(t: &Tensor) -> Error {
 
 fn assert_here(e: &Error, line: u32) {
     let loc = e.location().unwrap_or_else(|| panic!("no location in {e}"));
-    assert!(
-        loc.file().ends_with("errors.rs"),
-        "location {loc} should be in this file: {e}"
-    );
+    assert!(loc.file().ends_with("errors.rs"), "location {loc} should be in this file: {e}");
     assert_eq!(loc.line(), line, "wrong line in {e}");
-    assert!(
-        e.to_string().contains(&format!("errors.rs:{line}")),
-        "message lacks file:line: {e}"
-    );
+    assert!(e.to_string().contains(&format!("errors.rs:{line}")), "message lacks file:line: {e}");
 }
 
 #[test]
@@ -61,10 +55,7 @@ fn broadcast_shape_mismatch() {
         let c = &a + &b;
         let e = expect_err(&c);
         assert!(matches!(&e, Error::Shape { op: "add", .. }), "{e}");
-        assert!(
-            e.to_string().contains("[2, 3]") && e.to_string().contains("[4]"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("[2, 3]") && e.to_string().contains("[4]"), "{e}");
         assert_here(&e, line);
         let line = line!() + 1;
         let w = Tensor::where_(&a.gt_scalar(0.0), &a, &b);
@@ -92,18 +83,7 @@ fn axis_out_of_range() {
         let line = line!() + 1;
         let s = a.sum(&[2], false);
         let e = expect_err(&s);
-        assert!(
-            matches!(
-                &e,
-                Error::Axis {
-                    op: "sum",
-                    axis: 2,
-                    rank: 2,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(&e, Error::Axis { op: "sum", axis: 2, rank: 2, .. }), "{e}");
         assert_here(&e, line);
         for (line, t) in [
             (line!(), a.softmax(-3)),
@@ -127,10 +107,7 @@ fn dtype_mismatch() {
         let line = line!() + 1;
         let c = a.add(&b);
         let e = expect_err(&c);
-        assert!(
-            matches!(&e, Error::DType { op: "add", dtypes, .. } if dtypes == &vec![DType::F32, DType::I32]),
-            "{e}"
-        );
+        assert!(matches!(&e, Error::DType { op: "add", dtypes, .. } if dtypes == &vec![DType::F32, DType::I32]), "{e}");
         assert_here(&e, line);
         for (line, t) in [
             (line!(), b.exp()),
@@ -145,10 +122,7 @@ fn dtype_mismatch() {
             assert_here(&e, line);
         }
         // Reading with the wrong element type is a dtype error too.
-        assert!(matches!(
-            a.to_vec_blocking::<i32>(),
-            Err(Error::DType { .. })
-        ));
+        assert!(matches!(a.to_vec_blocking::<i32>(), Err(Error::DType { .. })));
     }
 }
 
@@ -160,45 +134,18 @@ fn gather_index_out_of_range() {
         let line = line!() + 1;
         let g = x.gather(0, &idx);
         let e = expect_err(&g);
-        assert!(
-            matches!(
-                &e,
-                Error::IndexOutOfRange {
-                    op: "gather",
-                    index: 3,
-                    axis: 0,
-                    size: 3,
-                    ..
-                }
-            ),
-            "{} {e}",
-            d
-        );
+        assert!(matches!(&e, Error::IndexOutOfRange { op: "gather", index: 3, axis: 0, size: 3, .. }), "{} {e}", d);
         assert_here(&e, line);
         // Negative indices and index_select are checked the same way, also when fused.
         let neg = Tensor::from_slice(&[1i32, -1], [2], &d);
         let line = line!() + 1;
         let s = x.index_select(1, &neg).exp();
         let e = expect_err(&s);
-        assert!(
-            matches!(
-                &e,
-                Error::IndexOutOfRange {
-                    op: "index_select",
-                    index: -1,
-                    size: 4,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert!(matches!(&e, Error::IndexOutOfRange { op: "index_select", index: -1, size: 4, .. }), "{e}");
         assert_here(&e, line);
         // A good gather on the same device still works afterwards.
         let ok = Tensor::from_slice(&[2i32, 0], [2], &d);
-        assert_eq!(
-            x.index_select(0, &ok).to_vec_blocking::<f32>().unwrap(),
-            vec![8., 9., 10., 11., 0., 1., 2., 3.]
-        );
+        assert_eq!(x.index_select(0, &ok).to_vec_blocking::<f32>().unwrap(), vec![8., 9., 10., 11., 0., 1., 2., 3.]);
     }
 }
 
@@ -223,11 +170,7 @@ fn other_bad_arguments_are_errors() {
         ];
         for t in cases {
             let e = expect_err(&t);
-            assert!(
-                e.location()
-                    .is_some_and(|l| l.file().ends_with("errors.rs")),
-                "{e}"
-            );
+            assert!(e.location().is_some_and(|l| l.file().ends_with("errors.rs")), "{e}");
         }
     }
 }

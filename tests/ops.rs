@@ -15,15 +15,7 @@ fn creation_ops() {
             Tensor::from_slice(&[1i32, -7, 9, 2], [2, 2], d),
             Tensor::from_slice(&[1u32, 7, 4_000_000_000], [3], d),
             Tensor::from_slice(&[true, false, true], [3, 1], d),
-            Tensor::from_slice(
-                &[
-                    f16::from_f32(0.5),
-                    f16::from_f32(-3.0),
-                    f16::from_f32(65504.0),
-                ],
-                [3],
-                d,
-            ),
+            Tensor::from_slice(&[f16::from_f32(0.5), f16::from_f32(-3.0), f16::from_f32(65504.0)], [3], d),
             Tensor::zeros([2, 3], DType::F32, d),
             Tensor::ones([17], DType::I32, d),
             Tensor::full(2.5, [3, 1, 2], DType::F16, d),
@@ -39,50 +31,23 @@ fn creation_ops() {
 
 #[test]
 fn seeded_random_matches_everywhere() {
-    check_with(
-        "rand",
-        Some(Tol {
-            atol: 1e-6,
-            rtol: 1e-6,
-        }),
-        |d| {
-            vec![
-                Tensor::rand([65, 3], 7, d),
-                Tensor::rand([5], u64::MAX - 3, d),
-            ]
-        },
-    );
-    check_with(
-        "randn",
-        Some(Tol {
-            atol: 2e-5,
-            rtol: 2e-5,
-        }),
-        |d| vec![Tensor::randn([257], 11, d)],
-    );
+    check_with("rand", Some(Tol { atol: 1e-6, rtol: 1e-6 }), |d| {
+        vec![Tensor::rand([65, 3], 7, d), Tensor::rand([5], u64::MAX - 3, d)]
+    });
+    check_with("randn", Some(Tol { atol: 2e-5, rtol: 2e-5 }), |d| vec![Tensor::randn([257], 11, d)]);
     // Statistics: mean near 0, variance near 1.
     let cpu = Device::cpu();
-    let v = Tensor::randn([4096], 3, &cpu)
-        .to_vec_blocking::<f32>()
-        .unwrap();
+    let v = Tensor::randn([4096], 3, &cpu).to_vec_blocking::<f32>().unwrap();
     let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
     let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
-    assert!(
-        mean.abs() < 0.06 && (var - 1.0).abs() < 0.08,
-        "mean {mean} var {var}"
-    );
-    let u = Tensor::rand([4096], 3, &cpu)
-        .to_vec_blocking::<f32>()
-        .unwrap();
+    assert!(mean.abs() < 0.06 && (var - 1.0).abs() < 0.08, "mean {mean} var {var}");
+    let u = Tensor::rand([4096], 3, &cpu).to_vec_blocking::<f32>().unwrap();
     assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
 }
 
 #[test]
 fn unary_ops_f32() {
-    let loose = Tol {
-        atol: 2e-5,
-        rtol: 2e-5,
-    };
+    let loose = Tol { atol: 2e-5, rtol: 2e-5 };
     for (k, shape) in SHAPES.iter().enumerate() {
         check_with(&format!("unary {shape:?}"), Some(loose), |d| {
             let x = rand_t(shape, k as u64, -4.0, 4.0, d);
@@ -118,22 +83,8 @@ fn unary_ops_f32() {
 #[test]
 fn unary_edge_values() {
     check("edges", |d| {
-        let x = Tensor::from_slice(
-            &[0.0f32, -0.0, 1e-30, -1.0, 50.0, -50.0, 100.0, -100.0],
-            [8],
-            d,
-        );
-        vec![
-            x.tanh(),
-            x.sigmoid(),
-            x.exp(),
-            x.relu(),
-            x.silu(),
-            x.gelu(),
-            x.abs().sqrt(),
-            x.sqrt(),
-            x.log(),
-        ]
+        let x = Tensor::from_slice(&[0.0f32, -0.0, 1e-30, -1.0, 50.0, -50.0, 100.0, -100.0], [8], d);
+        vec![x.tanh(), x.sigmoid(), x.exp(), x.relu(), x.silu(), x.gelu(), x.abs().sqrt(), x.sqrt(), x.log()]
     });
 }
 
@@ -141,27 +92,13 @@ fn unary_edge_values() {
 fn unary_ops_f16_and_int() {
     check("unary f16", |d| {
         let x = rand_t(&[17, 3], 5, -3.0, 3.0, d).cast(DType::F16);
-        vec![
-            x.exp(),
-            x.tanh(),
-            x.relu(),
-            x.neg(),
-            x.gelu(),
-            (x.sigmoid() * 2.0).cast(DType::F32),
-        ]
+        vec![x.exp(), x.tanh(), x.relu(), x.neg(), x.gelu(), (x.sigmoid() * 2.0).cast(DType::F32)]
     });
     check("unary int", |d| {
         let i = Tensor::from_slice(&[-5i32, 0, 7, i32::MIN, i32::MAX], [5], d);
         let u = Tensor::from_slice(&[0u32, 3, u32::MAX], [3], d);
         let m = Tensor::from_slice(&[true, false], [2], d);
-        vec![
-            i.neg(),
-            i.abs(),
-            i.relu(),
-            u.abs(),
-            u.relu(),
-            m.logical_not(),
-        ]
+        vec![i.neg(), i.abs(), i.relu(), u.abs(), u.relu(), m.logical_not()]
     });
 }
 
@@ -236,21 +173,10 @@ fn where_and_cast() {
         let x = rand_t(&[17, 3], 1, -1.0, 1.0, d);
         let y = rand_t(&[3], 2, -1.0, 1.0, d);
         let c = x.gt_scalar(0.0);
-        vec![
-            Tensor::where_(&c, &x, &y),
-            Tensor::where_(
-                &y.lt_scalar(0.0),
-                &Tensor::zeros([17, 1], DType::F32, d),
-                &x,
-            ),
-        ]
+        vec![Tensor::where_(&c, &x, &y), Tensor::where_(&y.lt_scalar(0.0), &Tensor::zeros([17, 1], DType::F32, d), &x)]
     });
     check("cast", |d| {
-        let f = Tensor::from_slice(
-            &[0.0f32, 1.5, -1.5, 2.7, -2.7, 1e10, -1e10, 65519.0, 1e-8],
-            [9],
-            d,
-        );
+        let f = Tensor::from_slice(&[0.0f32, 1.5, -1.5, 2.7, -2.7, 1e10, -1e10, 65519.0, 1e-8], [9], d);
         let i = Tensor::from_slice(&[0i32, 1, -1, 1000, -70000, i32::MAX], [6], d);
         let u = Tensor::from_slice(&[0u32, 1, 3_000_000_000], [3], d);
         let mut out = Vec::new();
@@ -281,9 +207,7 @@ fn reductions_over_axis_sets() {
         let len: usize = if axes.is_empty() {
             shape.iter().product()
         } else {
-            axes.iter()
-                .map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize])
-                .product()
+            axes.iter().map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize]).product()
         };
         let tol = Tol::for_dtype(DType::F32).scaled(len);
         check_with(&format!("reduce {shape:?} {axes:?}"), Some(tol), |d| {
@@ -316,33 +240,16 @@ fn reductions_over_axis_sets() {
     });
     check("reduce ties take the first index", |d| {
         let x = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 0.0, -1.0, -1.0], [2, 3], d);
-        vec![
-            x.argmax(&[1], false),
-            x.argmin(&[1], false),
-            x.argmax(&[], false),
-        ]
+        vec![x.argmax(&[1], false), x.argmin(&[1], false), x.argmax(&[], false)]
     });
 }
 
 #[test]
 fn reductions_f16() {
-    check_with(
-        "reduce f16",
-        Some(Tol {
-            atol: 2e-2,
-            rtol: 2e-3,
-        }),
-        |d| {
-            let x = rand_t(&[5, 129], 3, -1.0, 1.0, d).cast(DType::F16);
-            vec![
-                x.sum(&[1], false),
-                x.mean(&[0], true),
-                x.max(&[1], false),
-                x.argmax(&[1], false),
-                x.softmax(-1),
-            ]
-        },
-    );
+    check_with("reduce f16", Some(Tol { atol: 2e-2, rtol: 2e-3 }), |d| {
+        let x = rand_t(&[5, 129], 3, -1.0, 1.0, d).cast(DType::F16);
+        vec![x.sum(&[1], false), x.mean(&[0], true), x.max(&[1], false), x.argmax(&[1], false), x.softmax(-1)]
+    });
 }
 
 #[test]
@@ -350,13 +257,7 @@ fn softmax_family() {
     check("softmax", |d| {
         let x = rand_t(&[3, 17], 9, -5.0, 5.0, d);
         let big = Tensor::from_slice(&[1000.0f32, 1001.0, 999.0, -1000.0], [2, 2], d);
-        vec![
-            x.softmax(-1),
-            x.softmax(0),
-            x.log_softmax(1),
-            big.softmax(1),
-            big.log_softmax(0),
-        ]
+        vec![x.softmax(-1), x.softmax(0), x.log_softmax(1), big.softmax(1), big.log_softmax(0)]
     });
 }
 
@@ -419,18 +320,13 @@ fn fused_chains_of_movement_and_elementwise() {
     check("chains", |d| {
         let x = rand_t(&[4, 6], 6, -1.0, 1.0, d);
         let y = rand_t(&[6], 7, -1.0, 1.0, d);
-        let p = x
-            .permute(&[1, 0])
-            .slice(0, 1, 6, 2)
-            .pad(&[(1, 1), (0, 0)], 0.5);
+        let p = x.permute(&[1, 0]).slice(0, 1, 6, 2).pad(&[(1, 1), (0, 0)], 0.5);
         let q = Tensor::concat(&[x.exp(), x.t().reshape([4, 6])], 0);
         vec![
             (&p * 3.0).tanh(),
             (&q + &y).relu().sum(&[0], false),
             x.add(&y).mul(&x).sub(&y.exp()).gelu().sigmoid(),
-            x.index_select(1, &Tensor::from_slice(&[5i32, 0], [2], d))
-                .pad(&[(0, 0), (1, 1)], 0.0)
-                * 2.0,
+            x.index_select(1, &Tensor::from_slice(&[5i32, 0], [2], d)).pad(&[(0, 0), (1, 1)], 0.0) * 2.0,
         ]
     });
 }
@@ -450,43 +346,22 @@ fn matmul_shapes() {
     ];
     for (k, (a, b)) in cases.iter().enumerate() {
         let kd = a[a.len() - 1];
-        check_with(
-            &format!("matmul {a:?} @ {b:?}"),
-            Some(Tol::for_dtype(DType::F32).scaled(kd)),
-            |d| {
-                let x = rand_t(a, k as u64, -1.0, 1.0, d);
-                let y = rand_t(b, 40 + k as u64, -1.0, 1.0, d);
-                vec![x.matmul(&y)]
-            },
-        );
-    }
-    check_with(
-        "matmul epilogue and transposed operand",
-        Some(Tol {
-            atol: 1e-4,
-            rtol: 1e-5,
-        }),
-        |d| {
-            let x = rand_t(&[5, 7], 1, -1.0, 1.0, d);
-            let w = rand_t(&[3, 7], 2, -1.0, 1.0, d);
-            vec![
-                (x.matmul(&w.t()) + 1.0).relu(),
-                x.exp().matmul(&w.t().exp()).sum(&[], false),
-            ]
-        },
-    );
-    check_with(
-        "matmul f16",
-        Some(Tol {
-            atol: 1e-2,
-            rtol: 5e-3,
-        }),
-        |d| {
-            let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
-            let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);
+        check_with(&format!("matmul {a:?} @ {b:?}"), Some(Tol::for_dtype(DType::F32).scaled(kd)), |d| {
+            let x = rand_t(a, k as u64, -1.0, 1.0, d);
+            let y = rand_t(b, 40 + k as u64, -1.0, 1.0, d);
             vec![x.matmul(&y)]
-        },
-    );
+        });
+    }
+    check_with("matmul epilogue and transposed operand", Some(Tol { atol: 1e-4, rtol: 1e-5 }), |d| {
+        let x = rand_t(&[5, 7], 1, -1.0, 1.0, d);
+        let w = rand_t(&[3, 7], 2, -1.0, 1.0, d);
+        vec![(x.matmul(&w.t()) + 1.0).relu(), x.exp().matmul(&w.t().exp()).sum(&[], false)]
+    });
+    check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {
+        let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
+        let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);
+        vec![x.matmul(&y)]
+    });
 }
 
 #[test]
@@ -544,9 +419,6 @@ fn adapters_under_test() {
         eprintln!("testing on {}", common::label(d));
     }
     if std::env::var("TESSERA_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-        assert!(
-            !devs.is_empty(),
-            "TESSERA_REQUIRE_GPU=1 but no adapter was found"
-        );
+        assert!(!devs.is_empty(), "TESSERA_REQUIRE_GPU=1 but no adapter was found");
     }
 }

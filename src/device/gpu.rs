@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Storage usage of every tensor buffer.
-pub(crate) const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
+pub(crate) const STORAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 /// A realised tensor on the GPU, with the bounds checks its computation still owes.
 pub(crate) struct GpuStorage {
@@ -51,6 +50,7 @@ fn gl_lock() -> std::sync::MutexGuard<'static, ()> {
     GL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 fn type_rank(t: wgpu::DeviceType) -> u32 {
     match t {
         wgpu::DeviceType::DiscreteGpu => 0,
@@ -61,22 +61,16 @@ fn type_rank(t: wgpu::DeviceType) -> u32 {
     }
 }
 
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 fn backend_rank(b: wgpu::Backend) -> u32 {
     match b {
-        wgpu::Backend::Vulkan
-        | wgpu::Backend::Metal
-        | wgpu::Backend::Dx12
-        | wgpu::Backend::BrowserWebGpu => 0,
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 | wgpu::Backend::BrowserWebGpu => 0,
         wgpu::Backend::Gl => 1,
         _ => 2,
     }
 }
 
-fn capabilities(
-    subgroup_sizes: (u32, u32),
-    features: wgpu::Features,
-    limits: &wgpu::Limits,
-) -> Capabilities {
+fn capabilities(subgroup_sizes: (u32, u32), features: wgpu::Features, limits: &wgpu::Limits) -> Capabilities {
     let subgroups = features.contains(wgpu::Features::SUBGROUP);
     Capabilities {
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
@@ -84,7 +78,7 @@ fn capabilities(
         subgroup_min_size: if subgroups { subgroup_sizes.0 } else { 0 },
         subgroup_max_size: if subgroups { subgroup_sizes.1 } else { 0 },
         timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
-        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
         max_buffer_size: limits.max_buffer_size,
         max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
         max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
@@ -100,14 +94,8 @@ fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
         name: info.name.clone(),
         backend: format!("{:?}", info.backend),
         device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info)
-            .trim()
-            .to_string(),
-        capabilities: capabilities(
-            (info.subgroup_min_size, info.subgroup_max_size),
-            a.features(),
-            &a.limits(),
-        ),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        capabilities: capabilities((info.subgroup_min_size, info.subgroup_max_size), a.features(), &a.limits()),
     }
 }
 
@@ -146,20 +134,14 @@ async fn adapters() -> Vec<wgpu::Adapter> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
         let opts = wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
-            force_fallback_adapter: false,
-            compatible_surface: None,
+            ..Default::default()
         };
         instance.request_adapter(&opts).await.into_iter().collect()
     }
 }
 
 pub(crate) async fn list_adapters() -> Vec<AdapterDescription> {
-    adapters()
-        .await
-        .iter()
-        .enumerate()
-        .map(|(i, a)| describe(i, a))
-        .collect()
+    adapters().await.iter().enumerate().map(|(i, a)| describe(i, a)).collect()
 }
 
 fn no_adapter_help() -> String {
@@ -180,9 +162,7 @@ impl GpuContext {
             return Err(Error::NoAdapter(no_adapter_help()));
         }
         let adapter = if let Some(i) = options.adapter_index {
-            all.into_iter()
-                .nth(i)
-                .ok_or_else(|| Error::NoAdapter(format!("no adapter at index {i}")))?
+            all.into_iter().nth(i).ok_or_else(|| Error::NoAdapter(format!("no adapter at index {i}")))?
         } else if let Some(w) = wanted {
             let wl = w.to_lowercase();
             let names: Vec<String> = all
@@ -195,19 +175,13 @@ impl GpuContext {
             all.into_iter()
                 .find(|a| {
                     let i = a.get_info();
-                    i.name.to_lowercase().contains(&wl)
-                        || format!("{:?}", i.backend).to_lowercase().contains(&wl)
+                    i.name.to_lowercase().contains(&wl) || format!("{:?}", i.backend).to_lowercase().contains(&wl)
                 })
                 .ok_or_else(|| {
-                    Error::NoAdapter(format!(
-                        "no adapter matches TESSERA_ADAPTER={w:?}; found: {}",
-                        names.join(", ")
-                    ))
+                    Error::NoAdapter(format!("no adapter matches TESSERA_ADAPTER={w:?}; found: {}", names.join(", ")))
                 })?
         } else {
-            all.into_iter()
-                .next()
-                .ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
+            all.into_iter().next().ok_or_else(|| Error::NoAdapter(no_adapter_help()))?
         };
         let info = adapter.get_info();
         let _gl = (info.backend == wgpu::Backend::Gl).then(gl_lock);
@@ -227,36 +201,22 @@ impl GpuContext {
                 trace: wgpu::Trace::Off,
             })
             .await
-            .map_err(|e| {
-                Error::NoAdapter(format!(
-                    "{} ({:?}) refused a device: {e}",
-                    info.name, info.backend
-                ))
-            })?;
+            .map_err(|e| Error::NoAdapter(format!("{} ({:?}) refused a device: {e}", info.name, info.backend)))?;
         let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
         ctx.serial = info.backend == wgpu::Backend::Gl;
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
-        ctx.info.driver = format!("{} {}", info.driver, info.driver_info)
-            .trim()
-            .to_string();
+        ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
         }
-        ctx.info.capabilities = capabilities(
-            (info.subgroup_min_size, info.subgroup_max_size),
-            ctx.device.features(),
-            &ctx.device.limits(),
-        );
+        ctx.info.capabilities =
+            capabilities((info.subgroup_min_size, info.subgroup_max_size), ctx.device.features(), &ctx.device.limits());
         Ok(ctx)
     }
 
-    pub fn from_wgpu(
-        device: wgpu::Device,
-        queue: wgpu::Queue,
-        forced_fallback: bool,
-    ) -> GpuContext {
+    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue, forced_fallback: bool) -> GpuContext {
         let lost = Arc::new(Mutex::new(None));
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         {
@@ -278,10 +238,7 @@ impl GpuContext {
         let caps = capabilities((0, 0), features, &limits);
         let counters = Arc::new(Counters::default());
         GpuContext {
-            caps: ShaderCaps {
-                native_f16: caps.shader_f16,
-                max_workgroups: caps.max_compute_workgroups_per_dimension,
-            },
+            caps: ShaderCaps { native_f16: caps.shader_f16, max_workgroups: caps.max_compute_workgroups_per_dimension },
             info: DeviceInfo {
                 name: "wgpu device".into(),
                 backend: "wgpu".into(),
@@ -316,18 +273,11 @@ impl GpuContext {
 
     /// Errors wgpu reported outside any scope since the last call.
     pub fn take_uncaptured(&self, context: &str) -> Result<()> {
-        let errs: Vec<String> = self
-            .uncaptured
-            .lock()
-            .map(|mut u| std::mem::take(&mut *u))
-            .unwrap_or_default();
+        let errs: Vec<String> = self.uncaptured.lock().map(|mut u| std::mem::take(&mut *u)).unwrap_or_default();
         if errs.is_empty() {
             Ok(())
         } else {
-            Err(Error::Gpu {
-                context: context.into(),
-                message: errs.join("; "),
-            })
+            Err(Error::Gpu { context: context.into(), message: errs.join("; ") })
         }
     }
 
@@ -338,40 +288,27 @@ impl GpuContext {
         if !bytes.is_empty() {
             self.queue.write_buffer(buffer.buffer(), 0, bytes);
         }
-        GpuStorage {
-            buffer: Arc::new(buffer),
-            checks: Vec::new(),
-        }
+        GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() }
     }
 
     /// The compiled pipeline for `source`, from the cache or compiled now.
     pub fn pipeline(&self, label: &str, source: &str) -> Arc<wgpu::ComputePipeline> {
-        if let Some(p) = self
-            .pipelines
-            .lock()
-            .ok()
-            .and_then(|c| c.get(source).cloned())
-        {
+        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
             self.counters.add(Counter::PipelineHits, 1);
             return p;
         }
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(label),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-        let p = Arc::new(
-            self.device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(label),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                }),
-        );
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
         self.counters.add(Counter::Pipelines, 1);
         if let Ok(mut c) = self.pipelines.lock() {
             c.insert(source.to_string(), p.clone());
@@ -392,15 +329,10 @@ impl GpuContext {
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
-            self.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| match e {
-                    wgpu::PollError::Timeout => Error::Gpu {
-                        context: "readback".into(),
-                        message: e.to_string(),
-                    },
-                    _ => Error::DeviceLost(e.to_string()),
-                })?;
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| match e {
+                wgpu::PollError::Timeout => Error::Gpu { context: "readback".into(), message: e.to_string() },
+                _ => Error::DeviceLost(e.to_string()),
+            })?;
         }
         let mut out = Vec::new();
         for (rx, (b, len)) in receivers.into_iter().zip(buffers) {
@@ -408,10 +340,7 @@ impl GpuContext {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     self.check_alive()?;
-                    return Err(Error::Gpu {
-                        context: "readback map".into(),
-                        message: e.to_string(),
-                    });
+                    return Err(Error::Gpu { context: "readback map".into(), message: e.to_string() });
                 }
                 Err(_) => {
                     self.check_alive()?;
@@ -420,10 +349,9 @@ impl GpuContext {
             }
             let len = (*len).max(4);
             let bytes = {
-                let view = b.get_mapped_range(0..len).map_err(|e| Error::Gpu {
-                    context: "readback view".into(),
-                    message: e.to_string(),
-                })?;
+                let view = b
+                    .get_mapped_range(0..len)
+                    .map_err(|e| Error::Gpu { context: "readback view".into(), message: e.to_string() })?;
                 view.to_vec()
             };
             b.unmap();
@@ -434,26 +362,17 @@ impl GpuContext {
 
     /// Resolve every pending bounds check in `checks`, reading their status words.
     pub async fn resolve_checks(&self, checks: &[Arc<PendingCheck>]) -> Result<()> {
-        let todo: Vec<&Arc<PendingCheck>> = checks
-            .iter()
-            .filter(|c| c.result.lock().map(|r| r.is_none()).unwrap_or(true))
-            .collect();
+        let todo: Vec<&Arc<PendingCheck>> =
+            checks.iter().filter(|c| c.result.lock().map(|r| r.is_none()).unwrap_or(true)).collect();
         if !todo.is_empty() {
-            let bufs: Vec<(&wgpu::Buffer, u64)> = todo
-                .iter()
-                .map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64))
-                .collect();
+            let bufs: Vec<(&wgpu::Buffer, u64)> =
+                todo.iter().map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64)).collect();
             let words = self.map_read(&bufs).await?;
             for (c, bytes) in todo.iter().zip(words) {
                 let mut res = Ok(());
                 for (k, chk) in c.checks.iter().enumerate() {
                     let w = |i: usize| {
-                        u32::from_le_bytes([
-                            bytes[4 * i],
-                            bytes[4 * i + 1],
-                            bytes[4 * i + 2],
-                            bytes[4 * i + 3],
-                        ])
+                        u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
                     };
                     if w(2 * k) != 0 {
                         res = Err(chk.error(w(2 * k + 1) as i32 as i64));

@@ -102,7 +102,7 @@ impl DeviceOptions {
 }
 
 pub(crate) enum Backend {
-    Gpu(gpu::GpuContext),
+    Gpu(Box<gpu::GpuContext>),
     Cpu,
 }
 
@@ -193,11 +193,7 @@ impl Device {
 
     fn from_context(ctx: gpu::GpuContext) -> Device {
         let counters = ctx.counters.clone();
-        Device(Arc::new(DeviceInner {
-            info: ctx.info.clone(),
-            backend: Backend::Gpu(ctx),
-            counters,
-        }))
+        Device(Arc::new(DeviceInner { info: ctx.info.clone(), backend: Backend::Gpu(Box::new(ctx)), counters }))
     }
 
     /// Adapter, backend and capabilities.
@@ -244,20 +240,13 @@ impl Device {
     /// Most storage buffers a generated kernel may read.
     pub(crate) fn max_kernel_inputs(&self) -> usize {
         // Output and status take two of the stage's storage bindings.
-        (self
-            .capabilities()
-            .max_storage_buffers_per_shader_stage
-            .min(64) as usize)
-            .saturating_sub(2)
-            .max(2)
+        (self.capabilities().max_storage_buffers_per_shader_stage.min(64) as usize).saturating_sub(2).max(2)
     }
 
     /// Put host values (already rounded to `dtype`) on this device.
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
         let storage = match &self.0.backend {
-            Backend::Gpu(g) => {
-                Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values))))
-            }
+            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
             Backend::Cpu => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)

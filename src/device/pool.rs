@@ -32,9 +32,7 @@ pub(crate) struct PooledBuffer {
 
 impl PooledBuffer {
     pub fn buffer(&self) -> &wgpu::Buffer {
-        self.buffer
-            .as_ref()
-            .expect("pooled buffer present until drop")
+        self.buffer.as_ref().expect("pooled buffer present until drop")
     }
 }
 
@@ -43,9 +41,7 @@ impl Drop for PooledBuffer {
         if let Some(b) = self.buffer.take() {
             self.pool.counters.in_use(-(self.class as i64));
             if let Ok(mut free) = self.pool.free.lock() {
-                free.entry((self.usage.bits(), self.class))
-                    .or_default()
-                    .push(b);
+                free.entry((self.usage.bits(), self.class)).or_default().push(b);
             }
         }
     }
@@ -57,26 +53,13 @@ pub(crate) struct BufferPool(pub Arc<PoolInner>);
 
 impl BufferPool {
     pub fn new(counters: Arc<Counters>) -> Self {
-        BufferPool(Arc::new(PoolInner {
-            free: Mutex::new(HashMap::new()),
-            counters,
-        }))
+        BufferPool(Arc::new(PoolInner { free: Mutex::new(HashMap::new()), counters }))
     }
 
     /// A buffer of at least `bytes`, from the free list or newly created.
-    pub fn get(
-        &self,
-        device: &wgpu::Device,
-        bytes: u64,
-        usage: wgpu::BufferUsages,
-    ) -> PooledBuffer {
+    pub fn get(&self, device: &wgpu::Device, bytes: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
         let class = size_class(bytes);
-        let reused = self
-            .0
-            .free
-            .lock()
-            .ok()
-            .and_then(|mut f| f.get_mut(&(usage.bits(), class)).and_then(|v| v.pop()));
+        let reused = self.0.free.lock().ok().and_then(|mut f| f.get_mut(&(usage.bits(), class)).and_then(|v| v.pop()));
         let buffer = reused.unwrap_or_else(|| {
             self.0.counters.add(crate::stats::Counter::Buffers, 1);
             self.0.counters.allocated(class as i64);
@@ -88,12 +71,7 @@ impl BufferPool {
             })
         });
         self.0.counters.in_use(class as i64);
-        PooledBuffer {
-            buffer: Some(buffer),
-            class,
-            usage,
-            pool: self.0.clone(),
-        }
+        PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone() }
     }
 
     /// Destroy every free buffer; returns the bytes released.
@@ -118,18 +96,7 @@ mod tests {
 
     #[test]
     fn size_classes_cover_and_bound_waste() {
-        for b in [
-            0u64,
-            1,
-            255,
-            256,
-            257,
-            1000,
-            4096,
-            5000,
-            1 << 20,
-            (1 << 20) + 1,
-        ] {
+        for b in [0u64, 1, 255, 256, 257, 1000, 4096, 5000, 1 << 20, (1 << 20) + 1] {
             let c = size_class(b);
             assert!(c >= b.max(256), "{b} -> {c}");
             assert!(c <= b.max(256) * 2, "{b} -> {c}");

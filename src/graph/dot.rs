@@ -13,11 +13,7 @@ fn node_line(t: &Tensor, out: &mut String, indent: &str) {
         t.op().name(),
         t.dims(),
         t.dtype(),
-        if t.is_realized() {
-            ", style=filled, fillcolor=lightgrey"
-        } else {
-            ""
-        }
+        if t.is_realized() { ", style=filled, fillcolor=lightgrey" } else { "" }
     );
 }
 
@@ -45,8 +41,7 @@ pub fn graph_dot(targets: &[Tensor]) -> String {
             leaves.push(t.clone());
         }
     }
-    let mut out =
-        String::from("digraph tessera {\n  rankdir=LR;\n  node [shape=box, fontname=monospace];\n");
+    let mut out = String::from("digraph tessera {\n  rankdir=LR;\n  node [shape=box, fontname=monospace];\n");
     for t in leaves.iter().chain(&nodes) {
         node_line(t, &mut out, "  ");
     }
@@ -79,9 +74,7 @@ pub fn schedule_dot(targets: &[Tensor], max_inputs: usize) -> String {
             }
         }
     }
-    let mut out = String::from(
-        "digraph tessera_fused {\n  rankdir=LR;\n  node [shape=box, fontname=monospace];\n",
-    );
+    let mut out = String::from("digraph tessera_fused {\n  rankdir=LR;\n  node [shape=box, fontname=monospace];\n");
     for (k, kern) in sched.kernels.iter().enumerate() {
         let _ = writeln!(
             out,

@@ -13,10 +13,7 @@ use std::sync::{Arc, Mutex};
 
 /// Bytes a tensor occupies on the device (at least 4, a multiple of 4).
 pub(crate) fn storage_bytes(t: &Tensor) -> u64 {
-    ((t.numel() as u64) * t.dtype().size_in_bytes() as u64)
-        .div_ceil(4)
-        .max(1)
-        * 4
+    ((t.numel() as u64) * t.dtype().size_in_bytes() as u64).div_ceil(4).max(1) * 4
 }
 
 /// Render every kernel of the schedule for `targets` (no GPU work).
@@ -50,19 +47,12 @@ pub(crate) fn plan_kernels(
 
 fn check_limits(dev: &Device, specs: &[KernelSpec]) -> Result<()> {
     let caps = dev.capabilities();
-    let limit = caps
-        .max_storage_buffer_binding_size
-        .min(caps.max_buffer_size);
+    let limit = caps.max_storage_buffer_binding_size.min(caps.max_buffer_size);
     for s in specs {
         let bytes = storage_bytes(&s.output);
         if bytes > limit {
             return Err(Error::Limit {
-                what: format!(
-                    "kernel {} output of shape {:?} ({} bytes)",
-                    s.label,
-                    s.output.dims(),
-                    bytes
-                ),
+                what: format!("kernel {} output of shape {:?} ({} bytes)", s.label, s.output.dims(), bytes),
                 needed: bytes,
                 limit,
             });
@@ -79,11 +69,7 @@ fn check_limits(dev: &Device, specs: &[KernelSpec]) -> Result<()> {
 }
 
 fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
-    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-        buffer,
-        offset,
-        size: wgpu::BufferSize::new(size),
-    })
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
 }
 
 /// Run a realisation of `targets` on the GPU. With `read`, also return their values.
@@ -114,11 +100,7 @@ pub(crate) async fn run(
     let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
 
     // Meta parameters: one uniform buffer, one aligned slice per kernel.
-    let align = ctx
-        .device
-        .limits()
-        .min_uniform_buffer_offset_alignment
-        .max(16) as u64;
+    let align = ctx.device.limits().min_uniform_buffer_offset_alignment.max(16) as u64;
     let mut meta_bytes: Vec<u8> = Vec::new();
     let mut meta_at = Vec::with_capacity(specs.len());
     for s in &specs {
@@ -140,11 +122,8 @@ pub(crate) async fn run(
     }
     let status = (n_checks > 0).then(|| ctx.pool.get(&ctx.device, 8 * n_checks as u64, STORAGE));
 
-    let mut encoder = ctx
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("tessera realise"),
-        });
+    let mut encoder =
+        ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera realise") });
     if let Some(st) = &status {
         encoder.clear_buffer(st.buffer(), 0, None);
     }
@@ -164,49 +143,32 @@ pub(crate) async fn run(
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
 
-    let mut buffer_of =
-        |t: &Tensor, produced: &HashMap<u64, Arc<PooledBuffer>>| -> Result<Arc<PooledBuffer>> {
-            if let Some(b) = produced.get(&t.id()) {
-                return Ok(b.clone());
+    let mut buffer_of = |t: &Tensor, produced: &HashMap<u64, Arc<PooledBuffer>>| -> Result<Arc<PooledBuffer>> {
+        if let Some(b) = produced.get(&t.id()) {
+            return Ok(b.clone());
+        }
+        match t.storage() {
+            Some(Storage::Gpu(g)) => {
+                inherited.extend(g.checks.iter().cloned());
+                Ok(g.buffer.clone())
             }
-            match t.storage() {
-                Some(Storage::Gpu(g)) => {
-                    inherited.extend(g.checks.iter().cloned());
-                    Ok(g.buffer.clone())
-                }
-                _ => Err(Error::Gpu {
-                    context: "realise".into(),
-                    message: format!("tensor {} has no GPU buffer", t.id()),
-                }),
-            }
-        };
+            _ => Err(Error::Gpu { context: "realise".into(), message: format!("tensor {} has no GPU buffer", t.id()) }),
+        }
+    };
 
     for (j, s) in specs.iter().enumerate() {
         let need = storage_bytes(&s.output);
-        let out = match local_free
-            .iter()
-            .position(|b| b.class >= need && b.class <= need.max(256) * 2)
-        {
+        let out = match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
             Some(p) => local_free.swap_remove(p),
             None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)),
         };
-        let inputs: Vec<Arc<PooledBuffer>> = s
-            .inputs
-            .iter()
-            .map(|i| buffer_of(i, &produced))
-            .collect::<Result<_>>()?;
+        let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
         if s.workgroups.iter().all(|&w| w > 0) {
             let pipeline = ctx.pipeline(&s.label, &s.source);
             let layout = pipeline.get_bind_group_layout(0);
             let mut entries = vec![
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: binding(meta_buf.buffer(), meta_at[j].0, meta_at[j].1),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: binding(out.buffer(), 0, need),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), meta_at[j].0, meta_at[j].1) },
+                wgpu::BindGroupEntry { binding: 1, resource: binding(out.buffer(), 0, need) },
             ];
             for (k, (b, t)) in inputs.iter().zip(&s.inputs).enumerate() {
                 entries.push(wgpu::BindGroupEntry {
@@ -225,10 +187,8 @@ pub(crate) async fn run(
                 layout: &layout,
                 entries: &entries,
             });
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(&s.label),
-                timestamp_writes: None,
-            });
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&s.label), timestamp_writes: None });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(s.workgroups[0], s.workgroups[1], s.workgroups[2]);
@@ -250,27 +210,16 @@ pub(crate) async fn run(
         for t in targets {
             let src = buffer_of(t, &produced)?;
             let bytes = storage_bytes(t);
-            let st = ctx.pool.get(
-                &ctx.device,
-                bytes,
-                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            );
+            let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
             encoder.copy_buffer_to_buffer(src.buffer(), 0, st.buffer(), 0, bytes);
             staging.push((st, bytes));
         }
     }
     let pending = status.as_ref().map(|st| {
-        let sb = ctx.pool.get(
-            &ctx.device,
-            8 * n_checks as u64,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        );
+        let sb =
+            ctx.pool.get(&ctx.device, 8 * n_checks as u64, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         encoder.copy_buffer_to_buffer(st.buffer(), 0, sb.buffer(), 0, 8 * n_checks as u64);
-        Arc::new(PendingCheck {
-            staging: sb,
-            checks: all_checks,
-            result: Mutex::new(None),
-        })
+        Arc::new(PendingCheck { staging: sb, checks: all_checks, result: Mutex::new(None) })
     });
 
     ctx.queue.submit(Some(encoder.finish()));
@@ -283,17 +232,11 @@ pub(crate) async fn run(
     let o_err = oom.pop().await;
     if let Some(e) = o_err {
         let requested = specs.iter().map(|s| storage_bytes(&s.output)).sum();
-        return Err(Error::OutOfMemory {
-            context: format!("realising {} kernels ({e})", specs.len()),
-            requested,
-        });
+        return Err(Error::OutOfMemory { context: format!("realising {} kernels ({e})", specs.len()), requested });
     }
     if let Some(e) = v_err {
         let labels: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
-        return Err(Error::Gpu {
-            context: format!("kernels [{}]", labels.join(", ")),
-            message: e.to_string(),
-        });
+        return Err(Error::Gpu { context: format!("kernels [{}]", labels.join(", ")), message: e.to_string() });
     }
     ctx.check_alive()?;
 
@@ -301,10 +244,7 @@ pub(crate) async fn run(
     checks.extend(pending);
     for t in targets {
         if let Some(b) = produced.get(&t.id()) {
-            t.set_storage(Storage::Gpu(Arc::new(GpuStorage {
-                buffer: b.clone(),
-                checks: checks.clone(),
-            })));
+            t.set_storage(Storage::Gpu(Arc::new(GpuStorage { buffer: b.clone(), checks: checks.clone() })));
         }
     }
     drop(produced);
@@ -314,11 +254,5 @@ pub(crate) async fn run(
     ctx.resolve_checks(&checks).await?;
     let bufs: Vec<(&wgpu::Buffer, u64)> = staging.iter().map(|(b, n)| (b.buffer(), *n)).collect();
     let bytes = ctx.map_read(&bufs).await?;
-    Ok(Some(
-        targets
-            .iter()
-            .zip(bytes)
-            .map(|(t, b)| crate::dtype::decode(t.dtype(), &b, t.numel()))
-            .collect(),
-    ))
+    Ok(Some(targets.iter().zip(bytes).map(|(t, b)| crate::dtype::decode(t.dtype(), &b, t.numel())).collect()))
 }

@@ -18,19 +18,11 @@ pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
         }
         match t.storage() {
             Some(Storage::Host(v)) => Ok(v),
-            _ => Err(Error::Unsupported(format!(
-                "tensor {} is not on the CPU device",
-                t.id()
-            ))),
+            _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
         }
     };
     for t in &order {
-        let inputs: Vec<Arc<Vec<f64>>> = t
-            .node()
-            .inputs
-            .iter()
-            .map(|i| value(i, &vals))
-            .collect::<Result<_>>()?;
+        let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
         let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
         let out = crate::reference::eval(t, &refs)?;
         vals.insert(t.id(), Arc::new(out));

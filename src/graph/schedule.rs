@@ -138,10 +138,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             },
         })
         .collect();
-    Schedule {
-        kernels,
-        materialised: mat,
-    }
+    Schedule { kernels, materialised: mat }
 }
 
 /// If the fused group under `root` is too large, the id of a node to materialise.

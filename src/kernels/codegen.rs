@@ -21,16 +21,10 @@ pub(crate) struct Ix {
 
 impl Ix {
     pub fn lin(s: impl Into<String>) -> Ix {
-        Ix {
-            lin: Some(s.into()),
-            coords: None,
-        }
+        Ix { lin: Some(s.into()), coords: None }
     }
     pub fn coords(c: Vec<String>) -> Ix {
-        Ix {
-            lin: None,
-            coords: Some(c),
-        }
+        Ix { lin: None, coords: Some(c) }
     }
     fn key(&self) -> String {
         match (&self.lin, &self.coords) {
@@ -179,12 +173,7 @@ impl<'a> Gen<'a> {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
-            s.push_str(&load_fn(
-                &format!("ld{k}"),
-                &format!("in{k}"),
-                t.dtype(),
-                &self.caps,
-            ));
+            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps));
         }
         s
     }
@@ -222,10 +211,7 @@ impl<'a> Gen<'a> {
         }
         let n = t.node();
         let dt = t.dtype();
-        if !matches!(
-            n.op,
-            Op::Reshape | Op::Expand | Op::Permute { .. } | Op::Slice { .. }
-        ) {
+        if !matches!(n.op, Op::Reshape | Op::Expand | Op::Permute { .. } | Op::Slice { .. }) {
             self.ops.push(n.op.name());
         }
         let v = match &n.op {
@@ -279,13 +265,7 @@ impl<'a> Gen<'a> {
                 let src = &n.inputs[0];
                 let off = t.rank() - src.rank();
                 let cc = (0..src.rank())
-                    .map(|j| {
-                        if src.dims()[j] == 1 {
-                            "0u".to_string()
-                        } else {
-                            c[off + j].clone()
-                        }
-                    })
+                    .map(|j| if src.dims()[j] == 1 { "0u".to_string() } else { c[off + j].clone() })
                     .collect();
                 self.eval(src, &Ix::coords(cc), false)
             }
@@ -336,10 +316,7 @@ impl<'a> Gen<'a> {
                     inner
                 } else {
                     let pv = self.scalar(*value, dt);
-                    self.let_(
-                        "v",
-                        format!("select({pv}, {inner}, {})", conds.join(" && ")),
-                    )
+                    self.let_("v", format!("select({pv}, {inner}, {})", conds.join(" && ")))
                 }
             }
             Op::Concat { axis } => {
@@ -397,20 +374,12 @@ impl<'a> Gen<'a> {
                     }
                 };
                 self.checks.push(IndexCheck {
-                    op: if matches!(n.op, Op::Gather { .. }) {
-                        "gather"
-                    } else {
-                        "index_select"
-                    },
+                    op: if matches!(n.op, Op::Gather { .. }) { "gather" } else { "index_select" },
                     axis: *axis,
                     size,
                     location: n.location,
                 });
-                let bad = if idx.dtype() == DType::I32 {
-                    format!("bitcast<u32>({iv})")
-                } else {
-                    iv.clone()
-                };
+                let bad = if idx.dtype() == DType::I32 { format!("bitcast<u32>({iv})") } else { iv.clone() };
                 self.emit(&format!(
                     "if ({j} >= {sz}) {{ atomicStore(&status[{base} + {}u], 1u); atomicStore(&status[{base} + {}u], {bad}); }}",
                     2 * k,
@@ -450,11 +419,7 @@ impl<'a> Gen<'a> {
         let tc = compute_type(to);
         if to == DType::F16 {
             self.uses_f16 = true;
-            let xf = if fc == "bool" {
-                format!("select(0.0, 1.0, {x})")
-            } else {
-                format!("f32({x})")
-            };
+            let xf = if fc == "bool" { format!("select(0.0, 1.0, {x})") } else { format!("f32({x})") };
             return if self.caps.native_f16 {
                 format!("f32(f16({xf}))")
             } else {

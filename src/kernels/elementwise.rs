@@ -7,11 +7,7 @@ use crate::{DType, Result, Tensor};
 
 /// Render the kernel that materialises `root`. `is_leaf` says which nodes are read from
 /// buffers rather than recomputed.
-pub fn render(
-    root: &Tensor,
-    is_leaf: &dyn Fn(&Tensor) -> bool,
-    caps: &ShaderCaps,
-) -> Result<KernelSpec> {
+pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
     let mut g = Gen::new(*caps, is_leaf);
     let n = root.numel();
     g.slot(n as u32); // meta[0]: element count
@@ -25,10 +21,7 @@ pub fn render(
     let mut src = header(g.meta.len(), dt, g.uses_f16, caps);
     src.push_str(&g.leaf_decls());
     src.push_str(&g.support(2 + g.leaves.len() as u32));
-    src.push_str(&format!(
-        "fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n",
-        super::compute_type(dt)
-    ));
+    src.push_str(&format!("fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n", super::compute_type(dt)));
     let store = match dt {
         DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
         DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i] = select(0u, 1u, eval_out(i));\n".to_string(),

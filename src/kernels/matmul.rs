@@ -38,12 +38,7 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
             2 + i,
             storage_type(t.dtype(), caps)
         ));
-        src.push_str(&load_fn(
-            &format!("ld_{name}"),
-            &format!("in_{name}"),
-            t.dtype(),
-            caps,
-        ));
+        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps));
     }
     src.push_str(sources::MATMUL);
     let batch: usize = root.dims()[..r - 2].iter().product();
@@ -60,11 +55,7 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
             });
         }
     }
-    let workgroups = if m == 0 || n == 0 || batch == 0 {
-        [0, 1, 1]
-    } else {
-        [gx as u32, gy as u32, batch as u32]
-    };
+    let workgroups = if m == 0 || n == 0 || batch == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, batch as u32] };
     Ok(KernelSpec {
         label,
         source: src,

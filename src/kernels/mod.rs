@@ -6,6 +6,7 @@ pub(crate) mod codegen;
 pub mod elementwise;
 pub mod matmul;
 pub mod reduce;
+pub mod variants;
 
 use crate::{DType, Error, Result, Tensor};
 use std::panic::Location;
@@ -44,13 +45,7 @@ pub struct IndexCheck {
 impl IndexCheck {
     /// The error this check reports for a bad `index`.
     pub fn error(&self, index: i64) -> Error {
-        Error::IndexOutOfRange {
-            op: self.op,
-            index,
-            axis: self.axis,
-            size: self.size,
-            location: self.location,
-        }
+        Error::IndexOutOfRange { op: self.op, index, axis: self.axis, size: self.size, location: self.location }
     }
 }
 
@@ -104,20 +99,12 @@ pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCap
         DType::F16 => format!("unpack2x16float({var_name}[i >> 1u])[i & 1u]"),
         DType::Bool => format!("{var_name}[i] != 0u"),
     };
-    format!(
-        "fn {name}(i: u32) -> {} {{\n    return {body};\n}}\n",
-        compute_type(dtype)
-    )
+    format!("fn {name}(i: u32) -> {} {{\n    return {body};\n}}\n", compute_type(dtype))
 }
 
 /// The header every variant starts with: `enable` directives, `WG`, the meta binding
 /// and the output binding.
-pub(crate) fn header(
-    meta_len: usize,
-    out_dtype: DType,
-    uses_f16: bool,
-    caps: &ShaderCaps,
-) -> String {
+pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &ShaderCaps) -> String {
     let mut s = String::new();
     if uses_f16 && caps.native_f16 {
         s.push_str("enable f16;\n");
@@ -135,11 +122,7 @@ pub(crate) fn header(
 
 /// Binding declaration for input `k` (binding `2 + k`).
 pub(crate) fn input_binding(k: usize, dtype: DType, caps: &ShaderCaps) -> String {
-    format!(
-        "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
-        2 + k,
-        storage_type(dtype, caps)
-    )
+    format!("@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n", 2 + k, storage_type(dtype, caps))
 }
 
 /// Fold a 1-D count of workgroups into x and y so neither exceeds the device limit.

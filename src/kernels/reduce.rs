@@ -11,15 +11,9 @@ use crate::{DType, Result, Tensor};
 pub const SMALL_LEN: usize = 64;
 
 /// Render the reduction producing `root` (an `Op::Reduce` node).
-pub fn render(
-    root: &Tensor,
-    is_leaf: &dyn Fn(&Tensor) -> bool,
-    caps: &ShaderCaps,
-) -> Result<KernelSpec> {
+pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
     let node = root.node();
-    let Op::Reduce { op, axes } = &node.op else {
-        unreachable!("reduce::render called on {}", node.op.name())
-    };
+    let Op::Reduce { op, axes } = &node.op else { unreachable!("reduce::render called on {}", node.op.name()) };
     let x = &node.inputs[0];
     let n_out = root.numel();
     let len: usize = axes.iter().map(|&a| x.dims()[a]).product();
@@ -61,31 +55,19 @@ pub fn render(
     let mut src = header(g.meta.len(), out_dt, g.uses_f16, caps);
     src.push_str(&g.leaf_decls());
     src.push_str(&g.support(2 + g.leaves.len() as u32));
-    src.push_str(&format!(
-        "fn reduce_input(o: u32, r: u32) -> {ct} {{\n{body}    return {v};\n}}\n"
-    ));
+    src.push_str(&format!("fn reduce_input(o: u32, r: u32) -> {ct} {{\n{body}    return {v};\n}}\n"));
     src.push_str(&format!("struct Acc {{ v: {ct}, i: u32 }}\n"));
     src.push_str(&combine(*op, x.dtype()));
     let store = match op {
         ReduceOp::ArgMax | ReduceOp::ArgMin => "i32(a.i)",
         _ => "a.v",
     };
-    src.push_str(&format!(
-        "fn store_result(o: u32, a: Acc) {{\n    out[o] = {store};\n}}\n"
-    ));
+    src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o] = {store};\n}}\n"));
     let small = len <= SMALL_LEN;
-    src.push_str(if small {
-        sources::REDUCE_SMALL
-    } else {
-        sources::REDUCE
-    });
+    src.push_str(if small { sources::REDUCE_SMALL } else { sources::REDUCE });
 
     let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());
-    let groups = if small {
-        (n_out as u64).div_ceil(WG as u64)
-    } else {
-        n_out as u64
-    };
+    let groups = if small { (n_out as u64).div_ceil(WG as u64) } else { n_out as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec {
         label,

@@ -17,50 +17,30 @@ impl Tensor {
                 return Err(shape_err(
                     "from_slice",
                     &[shape.dims(), &[data.len()]],
-                    format!(
-                        "{} values given for a shape of {} elements",
-                        data.len(),
-                        shape.numel()
-                    ),
+                    format!("{} values given for a shape of {} elements", data.len(), shape.numel()),
                     loc,
                 ));
             }
-            Ok(device.upload(
-                data.iter().map(|v| v.to_f64()).collect(),
-                shape.clone(),
-                T::DTYPE,
-            ))
+            Ok(device.upload(data.iter().map(|v| v.to_f64()).collect(), shape.clone(), T::DTYPE))
         })();
         r.unwrap_or_else(|e| Tensor::failed(e, T::DTYPE, device))
     }
 
     /// A tensor from f64 values converted to `dtype` (rounding floats, truncating ints).
     #[track_caller]
-    pub fn from_f64(
-        values: &[f64],
-        shape: impl Into<Shape>,
-        dtype: DType,
-        device: &Device,
-    ) -> Tensor {
+    pub fn from_f64(values: &[f64], shape: impl Into<Shape>, dtype: DType, device: &Device) -> Tensor {
         let loc = Location::caller();
         let shape = shape.into();
         if shape.checked_numel() != Some(values.len()) {
             let e = shape_err(
                 "from_f64",
                 &[shape.dims(), &[values.len()]],
-                format!(
-                    "{} values given for a shape of {} elements",
-                    values.len(),
-                    shape.numel()
-                ),
+                format!("{} values given for a shape of {} elements", values.len(), shape.numel()),
                 loc,
             );
             return Tensor::failed(e, dtype, device);
         }
-        let v = values
-            .iter()
-            .map(|&x| crate::reference::elementwise::cast(x, DType::F32, dtype))
-            .collect();
+        let v = values.iter().map(|&x| crate::reference::elementwise::cast(x, DType::F32, dtype)).collect();
         device.upload(v, shape, dtype)
     }
 
@@ -76,16 +56,7 @@ impl Tensor {
         let loc = Location::caller();
         let shape = shape.into();
         match check_numel("full", shape.dims(), loc) {
-            Ok(()) => Tensor::make_at(
-                Op::Full {
-                    value: dtype.round(value),
-                },
-                vec![],
-                shape,
-                dtype,
-                device,
-                loc,
-            ),
+            Ok(()) => Tensor::make_at(Op::Full { value: dtype.round(value) }, vec![], shape, dtype, device, loc),
             Err(e) => Tensor::failed(e, dtype, device),
         }
     }
@@ -122,32 +93,18 @@ impl Tensor {
             if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
                 return Err(arg_err(
                     "arange",
-                    format!(
-                        "start {start}, end {end}, step {step}: step must be finite and non-zero"
-                    ),
+                    format!("start {start}, end {end}, step {step}: step must be finite and non-zero"),
                     loc,
                 ));
             }
             if dtype == DType::Bool {
-                return Err(super::dtype_err(
-                    "arange",
-                    &[dtype],
-                    "arange needs a numeric dtype",
-                    loc,
-                ));
+                return Err(super::dtype_err("arange", &[dtype], "arange needs a numeric dtype", loc));
             }
             let n = ((end - start) / step).ceil().max(0.0);
             if n > (u32::MAX / 2) as f64 {
                 return Err(arg_err("arange", format!("{n} elements is too many"), loc));
             }
-            Ok(Tensor::make_at(
-                Op::Arange { start, step },
-                vec![],
-                Shape(vec![n as usize]),
-                dtype,
-                device,
-                loc,
-            ))
+            Ok(Tensor::make_at(Op::Arange { start, step }, vec![], Shape(vec![n as usize]), dtype, device, loc))
         })();
         r.unwrap_or_else(|e| Tensor::failed(e, dtype, device))
     }
@@ -178,14 +135,7 @@ impl Tensor {
 
 fn random(shape: Shape, seed: u64, normal: bool, device: &Device, loc: Loc) -> Tensor {
     match check_numel(if normal { "randn" } else { "rand" }, shape.dims(), loc) {
-        Ok(()) => Tensor::make_at(
-            Op::Rand { seed, normal },
-            vec![],
-            shape,
-            DType::F32,
-            device,
-            loc,
-        ),
+        Ok(()) => Tensor::make_at(Op::Rand { seed, normal }, vec![], shape, DType::F32, device, loc),
         Err(e) => Tensor::failed(e, DType::F32, device),
     }
 }

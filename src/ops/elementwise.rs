@@ -134,8 +134,7 @@ impl Tensor {
         }
         let lo = self.scalar_like(min, loc);
         let hi = self.scalar_like(max, loc);
-        self.binary_at(BinaryOp::Maximum, &lo, loc)
-            .binary_at(BinaryOp::Minimum, &hi, loc)
+        self.binary_at(BinaryOp::Maximum, &lo, loc).binary_at(BinaryOp::Minimum, &hi, loc)
     }
 
     /// `cond ? a : b` element-wise, broadcasting all three; `cond` must be a mask.
@@ -155,27 +154,13 @@ impl Tensor {
         if self.error().is_some() || self.dtype() == dtype {
             return self.clone();
         }
-        Tensor::make_at(
-            Op::Cast,
-            vec![self.clone()],
-            self.shape().clone(),
-            dtype,
-            self.device(),
-            loc,
-        )
+        Tensor::make_at(Op::Cast, vec![self.clone()], self.shape().clone(), dtype, self.device(), loc)
     }
 
     /// A constant of this tensor's shape and dtype.
     pub(crate) fn scalar_like(&self, value: f64, loc: Loc) -> Tensor {
         let v = crate::reference::elementwise::cast(value, DType::F32, self.dtype());
-        Tensor::make_at(
-            Op::Full { value: v },
-            vec![],
-            self.shape().clone(),
-            self.dtype(),
-            self.device(),
-            loc,
-        )
+        Tensor::make_at(Op::Full { value: v }, vec![], self.shape().clone(), self.dtype(), self.device(), loc)
     }
 
     pub(crate) fn unary_at(&self, u: UnaryOp, loc: Loc) -> Tensor {
@@ -187,20 +172,9 @@ impl Tensor {
     }
 
     /// Broadcast both to their common shape (numpy rules).
-    pub(crate) fn broadcast_pair(
-        &self,
-        other: &Tensor,
-        op: &'static str,
-        loc: Loc,
-    ) -> Result<(Tensor, Tensor)> {
-        let shape = broadcast_shapes(self.dims(), other.dims()).ok_or_else(|| {
-            shape_err(
-                op,
-                &[self.dims(), other.dims()],
-                "shapes cannot be broadcast together",
-                loc,
-            )
-        })?;
+    pub(crate) fn broadcast_pair(&self, other: &Tensor, op: &'static str, loc: Loc) -> Result<(Tensor, Tensor)> {
+        let shape = broadcast_shapes(self.dims(), other.dims())
+            .ok_or_else(|| shape_err(op, &[self.dims(), other.dims()], "shapes cannot be broadcast together", loc))?;
         Ok((self.expand_at(&shape, loc)?, other.expand_at(&shape, loc)?))
     }
 }
@@ -223,21 +197,9 @@ fn unary_impl(x: &Tensor, u: UnaryOp, loc: Loc) -> Result<Tensor> {
         _ => dt.is_float(),
     };
     if !ok {
-        return Err(dtype_err(
-            op,
-            &[dt],
-            format!("{name} is not defined for {dt}"),
-            loc,
-        ));
+        return Err(dtype_err(op, &[dt], format!("{name} is not defined for {dt}"), loc));
     }
-    Ok(Tensor::make_at(
-        Op::Unary(u),
-        vec![x.clone()],
-        x.shape().clone(),
-        dt,
-        x.device(),
-        loc,
-    ))
+    Ok(Tensor::make_at(Op::Unary(u), vec![x.clone()], x.shape().clone(), dt, x.device(), loc))
 }
 
 fn binary_impl(x: &Tensor, b: BinaryOp, y: &Tensor, loc: Loc) -> Result<Tensor> {
@@ -255,12 +217,7 @@ fn binary_impl(x: &Tensor, b: BinaryOp, y: &Tensor, loc: Loc) -> Result<Tensor> 
     };
     precheck(op, &[x, y], loc)?;
     if x.dtype() != y.dtype() {
-        return Err(dtype_err(
-            op,
-            &[x.dtype(), y.dtype()],
-            "operands must have the same dtype (cast one)",
-            loc,
-        ));
+        return Err(dtype_err(op, &[x.dtype(), y.dtype()], "operands must have the same dtype (cast one)", loc));
     }
     let dt = x.dtype();
     let ok = match b {
@@ -270,67 +227,27 @@ fn binary_impl(x: &Tensor, b: BinaryOp, y: &Tensor, loc: Loc) -> Result<Tensor> 
         _ => dt != DType::Bool,
     };
     if !ok {
-        return Err(dtype_err(
-            op,
-            &[dt],
-            format!("{op} is not defined for {dt}"),
-            loc,
-        ));
+        return Err(dtype_err(op, &[dt], format!("{op} is not defined for {dt}"), loc));
     }
     let (a, c) = x.broadcast_pair(y, op, loc)?;
     let out_dt = if b.is_comparison() { DType::Bool } else { dt };
-    Ok(Tensor::make_at(
-        Op::Binary(b),
-        vec![a.clone(), c],
-        a.shape().clone(),
-        out_dt,
-        x.device(),
-        loc,
-    ))
+    Ok(Tensor::make_at(Op::Binary(b), vec![a.clone(), c], a.shape().clone(), out_dt, x.device(), loc))
 }
 
 fn where_impl(cond: &Tensor, a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     precheck("where", &[cond, a, b], loc)?;
     if cond.dtype() != DType::Bool {
-        return Err(dtype_err(
-            "where",
-            &[cond.dtype()],
-            "the condition must be a bool mask",
-            loc,
-        ));
+        return Err(dtype_err("where", &[cond.dtype()], "the condition must be a bool mask", loc));
     }
     if a.dtype() != b.dtype() {
-        return Err(dtype_err(
-            "where",
-            &[a.dtype(), b.dtype()],
-            "both branches must have the same dtype",
-            loc,
-        ));
+        return Err(dtype_err("where", &[a.dtype(), b.dtype()], "both branches must have the same dtype", loc));
     }
     let s1 = broadcast_shapes(cond.dims(), a.dims());
-    let shape = s1
-        .and_then(|s| broadcast_shapes(&s, b.dims()))
-        .ok_or_else(|| {
-            shape_err(
-                "where",
-                &[cond.dims(), a.dims(), b.dims()],
-                "shapes cannot be broadcast together",
-                loc,
-            )
-        })?;
-    let (c, x, y) = (
-        cond.expand_at(&shape, loc)?,
-        a.expand_at(&shape, loc)?,
-        b.expand_at(&shape, loc)?,
-    );
-    Ok(Tensor::make_at(
-        Op::Where,
-        vec![c, x, y],
-        Shape(shape),
-        a.dtype(),
-        a.device(),
-        loc,
-    ))
+    let shape = s1.and_then(|s| broadcast_shapes(&s, b.dims())).ok_or_else(|| {
+        shape_err("where", &[cond.dims(), a.dims(), b.dims()], "shapes cannot be broadcast together", loc)
+    })?;
+    let (c, x, y) = (cond.expand_at(&shape, loc)?, a.expand_at(&shape, loc)?, b.expand_at(&shape, loc)?);
+    Ok(Tensor::make_at(Op::Where, vec![c, x, y], Shape(shape), a.dtype(), a.device(), loc))
 }
 
 macro_rules! operator {
@@ -384,8 +301,7 @@ macro_rules! operator {
             #[track_caller]
             fn $method(self, rhs: &Tensor) -> Tensor {
                 let loc = Location::caller();
-                rhs.scalar_like(self as f64, loc)
-                    .binary_at(BinaryOp::$op, rhs, loc)
+                rhs.scalar_like(self as f64, loc).binary_at(BinaryOp::$op, rhs, loc)
             }
         }
         impl $trait<Tensor> for f32 {
@@ -393,8 +309,7 @@ macro_rules! operator {
             #[track_caller]
             fn $method(self, rhs: Tensor) -> Tensor {
                 let loc = Location::caller();
-                rhs.scalar_like(self as f64, loc)
-                    .binary_at(BinaryOp::$op, &rhs, loc)
+                rhs.scalar_like(self as f64, loc).binary_at(BinaryOp::$op, &rhs, loc)
             }
         }
     };

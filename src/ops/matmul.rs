@@ -19,50 +19,21 @@ impl Tensor {
 fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     precheck("matmul", &[a, b], loc)?;
     if a.dtype() != b.dtype() || !a.dtype().is_float() {
-        return Err(dtype_err(
-            "matmul",
-            &[a.dtype(), b.dtype()],
-            "matmul needs two f32 or two f16 operands",
-            loc,
-        ));
+        return Err(dtype_err("matmul", &[a.dtype(), b.dtype()], "matmul needs two f32 or two f16 operands", loc));
     }
     if a.rank() == 0 || b.rank() == 0 {
-        return Err(shape_err(
-            "matmul",
-            &[a.dims(), b.dims()],
-            "matmul needs operands of rank 1 or more",
-            loc,
-        ));
+        return Err(shape_err("matmul", &[a.dims(), b.dims()], "matmul needs operands of rank 1 or more", loc));
     }
-    let a2 = if a.rank() == 1 {
-        a.reshape_at(&[1, a.dims()[0]], loc)
-    } else {
-        a.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        b.reshape_at(&[b.dims()[0], 1], loc)
-    } else {
-        b.clone()
-    };
+    let a2 = if a.rank() == 1 { a.reshape_at(&[1, a.dims()[0]], loc) } else { a.clone() };
+    let b2 = if b.rank() == 1 { b.reshape_at(&[b.dims()[0], 1], loc) } else { b.clone() };
     let (ra, rb) = (a2.rank(), b2.rank());
     let (m, k) = (a2.dims()[ra - 2], a2.dims()[ra - 1]);
     let (k2, n) = (b2.dims()[rb - 2], b2.dims()[rb - 1]);
     if k != k2 {
-        return Err(shape_err(
-            "matmul",
-            &[a.dims(), b.dims()],
-            format!("inner dimensions differ ({k} vs {k2})"),
-            loc,
-        ));
+        return Err(shape_err("matmul", &[a.dims(), b.dims()], format!("inner dimensions differ ({k} vs {k2})"), loc));
     }
-    let batch = broadcast_shapes(&a2.dims()[..ra - 2], &b2.dims()[..rb - 2]).ok_or_else(|| {
-        shape_err(
-            "matmul",
-            &[a.dims(), b.dims()],
-            "batch dimensions cannot be broadcast",
-            loc,
-        )
-    })?;
+    let batch = broadcast_shapes(&a2.dims()[..ra - 2], &b2.dims()[..rb - 2])
+        .ok_or_else(|| shape_err("matmul", &[a.dims(), b.dims()], "batch dimensions cannot be broadcast", loc))?;
     let r = batch.len() + 2;
     let pad = |t: &Tensor| {
         let mut d = vec![1; r - t.rank()];
@@ -73,14 +44,7 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     let mut out = batch.clone();
     out.extend([m, n]);
     super::check_numel("matmul", &out, loc)?;
-    let mut y = Tensor::make_at(
-        Op::Matmul,
-        vec![a3, b3],
-        Shape(out.clone()),
-        DType::F32,
-        a.device(),
-        loc,
-    );
+    let mut y = Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc);
     if a.dtype() == DType::F16 {
         y = y.cast_at(DType::F16, loc);
     }

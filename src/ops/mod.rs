@@ -34,40 +34,16 @@ pub(crate) fn precheck(op: &'static str, ts: &[&Tensor], loc: Loc) -> Result<()>
     Ok(())
 }
 
-pub(crate) fn shape_err(
-    op: &'static str,
-    shapes: &[&[usize]],
-    detail: impl Into<String>,
-    loc: Loc,
-) -> Error {
-    Error::Shape {
-        op,
-        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
-        detail: detail.into(),
-        location: loc,
-    }
+pub(crate) fn shape_err(op: &'static str, shapes: &[&[usize]], detail: impl Into<String>, loc: Loc) -> Error {
+    Error::Shape { op, shapes: shapes.iter().map(|s| s.to_vec()).collect(), detail: detail.into(), location: loc }
 }
 
-pub(crate) fn dtype_err(
-    op: &'static str,
-    dtypes: &[DType],
-    detail: impl Into<String>,
-    loc: Loc,
-) -> Error {
-    Error::DType {
-        op,
-        dtypes: dtypes.to_vec(),
-        detail: detail.into(),
-        location: loc,
-    }
+pub(crate) fn dtype_err(op: &'static str, dtypes: &[DType], detail: impl Into<String>, loc: Loc) -> Error {
+    Error::DType { op, dtypes: dtypes.to_vec(), detail: detail.into(), location: loc }
 }
 
 pub(crate) fn arg_err(op: &'static str, detail: impl Into<String>, loc: Loc) -> Error {
-    Error::InvalidArgument {
-        op,
-        detail: detail.into(),
-        location: loc,
-    }
+    Error::InvalidArgument { op, detail: detail.into(), location: loc }
 }
 
 /// Resolve a possibly negative axis of `t`.

@@ -74,25 +74,14 @@ impl Tensor {
                 return Err(shape_err(
                     "reshape",
                     &[self.dims(), dims],
-                    format!(
-                        "cannot reshape {} elements into {} elements",
-                        self.numel(),
-                        n
-                    ),
+                    format!("cannot reshape {} elements into {} elements", self.numel(), n),
                     loc,
                 ));
             }
             if dims == self.dims() {
                 return Ok(self.clone());
             }
-            Ok(Tensor::make_at(
-                Op::Reshape,
-                vec![self.clone()],
-                Shape(dims.to_vec()),
-                self.dtype(),
-                self.device(),
-                loc,
-            ))
+            Ok(Tensor::make_at(Op::Reshape, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
         })();
         self.lift(r)
     }
@@ -108,11 +97,7 @@ impl Tensor {
         precheck("permute", &[self], loc)?;
         let r = self.rank();
         let mut seen = vec![false; r];
-        if perm.len() != r
-            || perm
-                .iter()
-                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
-        {
+        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
             return Err(shape_err(
                 "permute",
                 &[self.dims(), perm],
@@ -125,9 +110,7 @@ impl Tensor {
         }
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
         Ok(Tensor::make_at(
-            Op::Permute {
-                perm: perm.to_vec(),
-            },
+            Op::Permute { perm: perm.to_vec() },
             vec![self.clone()],
             Shape(dims),
             self.dtype(),
@@ -145,10 +128,7 @@ impl Tensor {
 
     pub(crate) fn transpose_at(&self, a: isize, b: isize, loc: Loc) -> Result<Tensor> {
         precheck("transpose", &[self], loc)?;
-        let (a, b) = (
-            axis("transpose", self, a, loc)?,
-            axis("transpose", self, b, loc)?,
-        );
+        let (a, b) = (axis("transpose", self, a, loc)?, axis("transpose", self, b, loc)?);
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.permute_at(&perm, loc)
@@ -183,14 +163,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         check_numel("broadcast_to", dims, loc)?;
-        Ok(Tensor::make_at(
-            Op::Expand,
-            vec![self.clone()],
-            Shape(dims.to_vec()),
-            self.dtype(),
-            self.device(),
-            loc,
-        ))
+        Ok(Tensor::make_at(Op::Expand, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
     }
 
     /// Python slicing `x[start:end:step]` along one axis: negative `start`/`end` count
@@ -207,11 +180,7 @@ impl Tensor {
             let n = self.dims()[a] as isize;
             let clampi = |v: isize| if v < 0 { (v + n).max(0) } else { v.min(n) };
             let (s, e) = (clampi(start), clampi(end));
-            let len = if e > s {
-                ((e - s) as usize).div_ceil(step)
-            } else {
-                0
-            };
+            let len = if e > s { ((e - s) as usize).div_ceil(step) } else { 0 };
             self.slice_axis(a, s as usize, len, step, loc)
         })();
         self.lift(r)
@@ -238,14 +207,7 @@ impl Tensor {
         self.lift(r)
     }
 
-    fn slice_axis(
-        &self,
-        a: usize,
-        start: usize,
-        len: usize,
-        step: usize,
-        loc: Loc,
-    ) -> Result<Tensor> {
+    fn slice_axis(&self, a: usize, start: usize, len: usize, step: usize, loc: Loc) -> Result<Tensor> {
         if start == 0 && step == 1 && len == self.dims()[a] {
             return Ok(self.clone());
         }
@@ -278,11 +240,7 @@ impl Tensor {
     pub fn stack(tensors: &[Tensor], axis_: isize) -> Tensor {
         let loc = Location::caller();
         let Some(first) = tensors.first() else {
-            return Tensor::failed(
-                arg_err("stack", "no tensors given", loc),
-                DType::F32,
-                &crate::Device::cpu(),
-            );
+            return Tensor::failed(arg_err("stack", "no tensors given", loc), DType::F32, &crate::Device::cpu());
         };
         let r = (|| {
             let refs: Vec<&Tensor> = tensors.iter().collect();
@@ -321,31 +279,15 @@ impl Tensor {
             precheck("index_select", &[self, index], loc)?;
             let a = axis("index_select", self, axis_, loc)?;
             if !index.dtype().is_int() {
-                return Err(dtype_err(
-                    "index_select",
-                    &[index.dtype()],
-                    "the index must be i32 or u32",
-                    loc,
-                ));
+                return Err(dtype_err("index_select", &[index.dtype()], "the index must be i32 or u32", loc));
             }
             if index.rank() != 1 {
-                return Err(shape_err(
-                    "index_select",
-                    &[self.dims(), index.dims()],
-                    "the index must be 1-D",
-                    loc,
-                ));
+                return Err(shape_err("index_select", &[self.dims(), index.dims()], "the index must be 1-D", loc));
             }
             let mut d = self.dims().to_vec();
             d[a] = index.dims()[0];
             if self.dims()[a] == 0 && d[a] > 0 {
-                return Err(Error::IndexOutOfRange {
-                    op: "index_select",
-                    index: 0,
-                    axis: a,
-                    size: 0,
-                    location: loc,
-                });
+                return Err(Error::IndexOutOfRange { op: "index_select", index: 0, axis: a, size: 0, location: loc });
             }
             Ok(Tensor::make_at(
                 Op::IndexSelect { axis: a },
@@ -368,20 +310,10 @@ impl Tensor {
             precheck("gather", &[self, index], loc)?;
             let a = axis("gather", self, axis_, loc)?;
             if !index.dtype().is_int() {
-                return Err(dtype_err(
-                    "gather",
-                    &[index.dtype()],
-                    "the index must be i32 or u32",
-                    loc,
-                ));
+                return Err(dtype_err("gather", &[index.dtype()], "the index must be i32 or u32", loc));
             }
             if index.rank() != self.rank()
-                || index
-                    .dims()
-                    .iter()
-                    .zip(self.dims())
-                    .enumerate()
-                    .any(|(d, (&i, &s))| d != a && i > s)
+                || index.dims().iter().zip(self.dims()).enumerate().any(|(d, (&i, &s))| d != a && i > s)
             {
                 return Err(shape_err(
                     "gather",
@@ -391,13 +323,7 @@ impl Tensor {
                 ));
             }
             if self.dims()[a] == 0 && index.numel() > 0 {
-                return Err(Error::IndexOutOfRange {
-                    op: "gather",
-                    index: 0,
-                    axis: a,
-                    size: 0,
-                    location: loc,
-                });
+                return Err(Error::IndexOutOfRange { op: "gather", index: 0, axis: a, size: 0, location: loc });
             }
             Ok(Tensor::make_at(
                 Op::Gather { axis: a },
@@ -420,11 +346,7 @@ impl Tensor {
             if pads.len() != self.rank() {
                 return Err(arg_err(
                     "pad",
-                    format!(
-                        "{} (before, after) pairs given for rank {}",
-                        pads.len(),
-                        self.rank()
-                    ),
+                    format!("{} (before, after) pairs given for rank {}", pads.len(), self.rank()),
                     loc,
                 ));
             }
@@ -454,11 +376,7 @@ impl Tensor {
 
 fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
     let Some(first) = tensors.first() else {
-        return Tensor::failed(
-            arg_err("concat", "no tensors given", loc),
-            DType::F32,
-            &crate::Device::cpu(),
-        );
+        return Tensor::failed(arg_err("concat", "no tensors given", loc), DType::F32, &crate::Device::cpu());
     };
     let r = (|| {
         let refs: Vec<&Tensor> = tensors.iter().collect();
@@ -474,15 +392,9 @@ fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
                     loc,
                 ));
             }
-            let same = t.rank() == first.rank()
-                && (0..t.rank()).all(|d| d == a || t.dims()[d] == first.dims()[d]);
+            let same = t.rank() == first.rank() && (0..t.rank()).all(|d| d == a || t.dims()[d] == first.dims()[d]);
             if !same {
-                return Err(shape_err(
-                    "concat",
-                    &[first.dims(), t.dims()],
-                    format!("shapes differ off axis {a}"),
-                    loc,
-                ));
+                return Err(shape_err("concat", &[first.dims(), t.dims()], format!("shapes differ off axis {a}"), loc));
             }
             total += t.dims()[a];
         }
@@ -492,14 +404,7 @@ fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
         let mut d = first.dims().to_vec();
         d[a] = total;
         check_numel("concat", &d, loc)?;
-        Ok(Tensor::make_at(
-            Op::Concat { axis: a },
-            tensors.to_vec(),
-            Shape(d),
-            first.dtype(),
-            first.device(),
-            loc,
-        ))
+        Ok(Tensor::make_at(Op::Concat { axis: a }, tensors.to_vec(), Shape(d), first.dtype(), first.device(), loc))
     })();
     first.lift(r)
 }

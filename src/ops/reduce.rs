@@ -72,9 +72,7 @@ impl Tensor {
         self.lift((|| {
             self.float_only("softmax", loc)?;
             let m = self.reduce_at(ReduceOp::Max, &[axis], true, loc);
-            let e = self
-                .binary_at(crate::graph::BinaryOp::Sub, &m, loc)
-                .unary_at(crate::graph::UnaryOp::Exp, loc);
+            let e = self.binary_at(crate::graph::BinaryOp::Sub, &m, loc).unary_at(crate::graph::UnaryOp::Exp, loc);
             let s = e.reduce_at(ReduceOp::Sum, &[axis], true, loc);
             Ok(e.binary_at(crate::graph::BinaryOp::Div, &s, loc))
         })())
@@ -88,29 +86,15 @@ impl Tensor {
             self.float_only("log_softmax", loc)?;
             let m = self.reduce_at(ReduceOp::Max, &[axis], true, loc);
             let z = self.binary_at(crate::graph::BinaryOp::Sub, &m, loc);
-            let s = z.unary_at(crate::graph::UnaryOp::Exp, loc).reduce_at(
-                ReduceOp::Sum,
-                &[axis],
-                true,
-                loc,
-            );
-            Ok(z.binary_at(
-                crate::graph::BinaryOp::Sub,
-                &s.unary_at(crate::graph::UnaryOp::Log, loc),
-                loc,
-            ))
+            let s = z.unary_at(crate::graph::UnaryOp::Exp, loc).reduce_at(ReduceOp::Sum, &[axis], true, loc);
+            Ok(z.binary_at(crate::graph::BinaryOp::Sub, &s.unary_at(crate::graph::UnaryOp::Log, loc), loc))
         })())
     }
 
     fn float_only(&self, op: &'static str, loc: Loc) -> Result<()> {
         precheck(op, &[self], loc)?;
         if !self.dtype().is_float() {
-            return Err(dtype_err(
-                op,
-                &[self.dtype()],
-                format!("{op} needs a float tensor"),
-                loc,
-            ));
+            return Err(dtype_err(op, &[self.dtype()], format!("{op} needs a float tensor"), loc));
         }
         Ok(())
     }
@@ -120,11 +104,7 @@ impl Tensor {
         let ax = axes("mean", self, list, loc)?;
         let count: usize = ax.iter().map(|&a| self.dims()[a]).product();
         let s = self.reduce_at(ReduceOp::Sum, list, keepdim, loc);
-        Ok(s.binary_at(
-            crate::graph::BinaryOp::Div,
-            &s.scalar_like(count as f64, loc),
-            loc,
-        ))
+        Ok(s.binary_at(crate::graph::BinaryOp::Div, &s.scalar_like(count as f64, loc), loc))
     }
 
     fn var_at(&self, list: &[isize], keepdim: bool, correction: usize, loc: Loc) -> Result<Tensor> {
@@ -133,39 +113,18 @@ impl Tensor {
         let count: usize = ax.iter().map(|&a| self.dims()[a]).product();
         let mu = self.mean_at(list, true, loc)?;
         let d = self.binary_at(crate::graph::BinaryOp::Sub, &mu, loc);
-        let ss = d.binary_at(crate::graph::BinaryOp::Mul, &d, loc).reduce_at(
-            ReduceOp::Sum,
-            list,
-            keepdim,
-            loc,
-        );
+        let ss = d.binary_at(crate::graph::BinaryOp::Mul, &d, loc).reduce_at(ReduceOp::Sum, list, keepdim, loc);
         let denom = count as f64 - correction as f64;
         let denom = if denom <= 0.0 { 0.0 } else { denom };
-        Ok(ss.binary_at(
-            crate::graph::BinaryOp::Div,
-            &ss.scalar_like(denom, loc),
-            loc,
-        ))
+        Ok(ss.binary_at(crate::graph::BinaryOp::Div, &ss.scalar_like(denom, loc), loc))
     }
 
-    pub(crate) fn reduce_at(
-        &self,
-        op: ReduceOp,
-        list: &[isize],
-        keepdim: bool,
-        loc: Loc,
-    ) -> Tensor {
+    pub(crate) fn reduce_at(&self, op: ReduceOp, list: &[isize], keepdim: bool, loc: Loc) -> Tensor {
         self.lift(reduce_impl(self, op, list, keepdim, loc))
     }
 }
 
-fn reduce_impl(
-    x: &Tensor,
-    op: ReduceOp,
-    list: &[isize],
-    keepdim: bool,
-    loc: Loc,
-) -> Result<Tensor> {
+fn reduce_impl(x: &Tensor, op: ReduceOp, list: &[isize], keepdim: bool, loc: Loc) -> Result<Tensor> {
     let name: &'static str = match op {
         ReduceOp::Sum => "sum",
         ReduceOp::Max => "max",
@@ -177,60 +136,25 @@ fn reduce_impl(
     let ax = axes(name, x, list, loc)?;
     let len: usize = ax.iter().map(|&a| x.dims()[a]).product();
     if op != ReduceOp::Sum && len == 0 {
-        return Err(arg_err(
-            name,
-            format!(
-                "cannot take {name} over an empty axis (shape {:?})",
-                x.dims()
-            ),
-            loc,
-        ));
+        return Err(arg_err(name, format!("cannot take {name} over an empty axis (shape {:?})", x.dims()), loc));
     }
     let input = match x.dtype() {
         DType::Bool if op == ReduceOp::Sum => x.cast_at(DType::I32, loc),
-        DType::Bool => {
-            return Err(dtype_err(
-                name,
-                &[DType::Bool],
-                format!("{name} is not defined for bool"),
-                loc,
-            ))
-        }
+        DType::Bool => return Err(dtype_err(name, &[DType::Bool], format!("{name} is not defined for bool"), loc)),
         DType::F16 => x.cast_at(DType::F32, loc),
         _ => x.clone(),
     };
-    let kept: Vec<usize> = x
-        .dims()
-        .iter()
-        .enumerate()
-        .map(|(d, &s)| if ax.contains(&d) { 1 } else { s })
-        .collect();
+    let kept: Vec<usize> = x.dims().iter().enumerate().map(|(d, &s)| if ax.contains(&d) { 1 } else { s }).collect();
     let out_dt = match op {
         ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I32,
         _ => input.dtype(),
     };
-    let mut y = Tensor::make_at(
-        Op::Reduce {
-            op,
-            axes: ax.clone(),
-        },
-        vec![input],
-        Shape(kept),
-        out_dt,
-        x.device(),
-        loc,
-    );
+    let mut y = Tensor::make_at(Op::Reduce { op, axes: ax.clone() }, vec![input], Shape(kept), out_dt, x.device(), loc);
     if x.dtype() == DType::F16 && out_dt == DType::F32 {
         y = y.cast_at(DType::F16, loc);
     }
     if !keepdim {
-        let dims: Vec<usize> = x
-            .dims()
-            .iter()
-            .enumerate()
-            .filter(|(d, _)| !ax.contains(d))
-            .map(|(_, &s)| s)
-            .collect();
+        let dims: Vec<usize> = x.dims().iter().enumerate().filter(|(d, _)| !ax.contains(d)).map(|(_, &s)| s).collect();
         y = y.reshape_at(&dims, loc);
     }
     Ok(y)

@@ -13,11 +13,7 @@ pub fn matmul(a: &[f64], ad: &[usize], b: &[f64], bd: &[usize], od: &[usize]) ->
     for bi in 0..batches {
         unravel(bi, batch_dims, &mut bc);
         let pick = |dims: &[usize]| -> usize {
-            let c: Vec<usize> = bc
-                .iter()
-                .zip(dims)
-                .map(|(&c, &d)| if d == 1 { 0 } else { c })
-                .collect();
+            let c: Vec<usize> = bc.iter().zip(dims).map(|(&c, &d)| if d == 1 { 0 } else { c }).collect();
             ravel(&c, &dims[..r - 2])
         };
         let (oa, ob) = (pick(ad) * m * k, pick(bd) * k * n);

@@ -21,33 +21,15 @@ pub fn eval(t: &Tensor, inputs: &[&[f64]]) -> Result<Vec<f64>> {
         Op::Full { value } => vec![*value; numel],
         Op::Arange { start, step } => (0..numel).map(|i| start + i as f64 * step).collect(),
         Op::Rand { seed, normal } => elementwise::rand(*seed, *normal, numel),
-        Op::Unary(u) => inputs[0]
-            .iter()
-            .map(|&x| elementwise::unary(*u, x, dt))
-            .collect(),
+        Op::Unary(u) => inputs[0].iter().map(|&x| elementwise::unary(*u, x, dt)).collect(),
         Op::Binary(b) => {
             let in_dt = n.inputs[0].dtype();
-            inputs[0]
-                .iter()
-                .zip(inputs[1])
-                .map(|(&x, &y)| elementwise::binary(*b, x, y, in_dt))
-                .collect()
+            inputs[0].iter().zip(inputs[1]).map(|(&x, &y)| elementwise::binary(*b, x, y, in_dt)).collect()
         }
-        Op::Where => (0..numel)
-            .map(|i| {
-                if inputs[0][i] != 0.0 {
-                    inputs[1][i]
-                } else {
-                    inputs[2][i]
-                }
-            })
-            .collect(),
+        Op::Where => (0..numel).map(|i| if inputs[0][i] != 0.0 { inputs[1][i] } else { inputs[2][i] }).collect(),
         Op::Cast => {
             let from = n.inputs[0].dtype();
-            inputs[0]
-                .iter()
-                .map(|&x| elementwise::cast(x, from, dt))
-                .collect()
+            inputs[0].iter().map(|&x| elementwise::cast(x, from, dt)).collect()
         }
         Op::Reshape => inputs[0].to_vec(),
         Op::Expand => movement::expand(inputs[0], dims(0), t.dims()),
@@ -58,12 +40,8 @@ pub fn eval(t: &Tensor, inputs: &[&[f64]]) -> Result<Vec<f64>> {
             let shapes: Vec<&[usize]> = n.inputs.iter().map(|i| i.dims()).collect();
             movement::concat(inputs, &shapes, *axis, t.dims())
         }
-        Op::Gather { axis } => {
-            movement::gather(inputs[0], dims(0), inputs[1], dims(1), *axis, n.location)?
-        }
-        Op::IndexSelect { axis } => {
-            movement::index_select(inputs[0], dims(0), inputs[1], *axis, t.dims(), n.location)?
-        }
+        Op::Gather { axis } => movement::gather(inputs[0], dims(0), inputs[1], dims(1), *axis, n.location)?,
+        Op::IndexSelect { axis } => movement::index_select(inputs[0], dims(0), inputs[1], *axis, t.dims(), n.location)?,
         Op::Reduce { op, axes } => reduce::reduce(*op, inputs[0], dims(0), axes),
         Op::Matmul => matmul::matmul(inputs[0], dims(0), inputs[1], dims(1), t.dims()),
     };

@@ -39,13 +39,7 @@ pub fn permute(x: &[f64], from: &[usize], perm: &[usize]) -> Vec<f64> {
 }
 
 /// Output coordinate `c` reads `start + c * step` on each axis.
-pub fn slice(
-    x: &[f64],
-    from: &[usize],
-    starts: &[usize],
-    steps: &[usize],
-    to: &[usize],
-) -> Vec<f64> {
+pub fn slice(x: &[f64], from: &[usize], starts: &[usize], steps: &[usize], to: &[usize]) -> Vec<f64> {
     let n: usize = to.iter().product();
     let mut c = vec![0; to.len()];
     (0..n)
@@ -102,13 +96,7 @@ fn check_index(
     location: &'static Location<'static>,
 ) -> Result<usize> {
     if v < 0.0 || v >= size as f64 {
-        return Err(Error::IndexOutOfRange {
-            op,
-            index: v as i64,
-            axis,
-            size,
-            location,
-        });
+        return Err(Error::IndexOutOfRange { op, index: v as i64, axis, size, location });
     }
     Ok(v as usize)
 }

@@ -6,11 +6,7 @@ use crate::shape::{ravel, unravel};
 /// Reduce `x` (shape `xd`) over `axes`. Sums accumulate in f64; max/min propagate NaN and
 /// the arg forms return the first index of the extreme (NaN counting as extreme).
 pub fn reduce(op: ReduceOp, x: &[f64], xd: &[usize], axes: &[usize]) -> Vec<f64> {
-    let od: Vec<usize> = xd
-        .iter()
-        .enumerate()
-        .map(|(d, &s)| if axes.contains(&d) { 1 } else { s })
-        .collect();
+    let od: Vec<usize> = xd.iter().enumerate().map(|(d, &s)| if axes.contains(&d) { 1 } else { s }).collect();
     let rd: Vec<usize> = axes.iter().map(|&a| xd[a]).collect();
     let n_out: usize = od.iter().product();
     let len: usize = rd.iter().product();

@@ -12,16 +12,11 @@ use tessera::{DType, Device, DeviceOptions, Tensor};
 pub fn gpu_devices() -> &'static [Device] {
     static DEVICES: OnceLock<Vec<Device>> = OnceLock::new();
     DEVICES.get_or_init(|| {
-        let filter = std::env::var("TESSERA_TEST_ADAPTERS")
-            .ok()
-            .map(|s| s.to_lowercase());
+        let filter = std::env::var("TESSERA_TEST_ADAPTERS").ok().map(|s| s.to_lowercase());
         let mut out = Vec::new();
         for a in Device::list() {
             let label = format!("{} {}", a.name, a.backend).to_lowercase();
-            if filter
-                .as_ref()
-                .is_some_and(|f| !f.split(',').any(|p| label.contains(p.trim())))
-            {
+            if filter.as_ref().is_some_and(|f| !f.split(',').any(|p| label.contains(p.trim()))) {
                 continue;
             }
             let open = |force_fallback| {
@@ -50,16 +45,7 @@ pub fn gpu_devices() -> &'static [Device] {
 
 /// A readable name for a device under test.
 pub fn label(d: &Device) -> String {
-    format!(
-        "{} [{}{}]",
-        d.info().name,
-        d.info().backend,
-        if d.info().forced_fallback {
-            ", fallback"
-        } else {
-            ""
-        }
-    )
+    format!("{} [{}{}]", d.info().name, d.info().backend, if d.info().forced_fallback { ", fallback" } else { "" })
 }
 
 /// Tolerance for comparing a device's values with the reference.
@@ -73,39 +59,21 @@ impl Tol {
     /// The per-dtype default: f32 1e-5/1e-5, f16 1e-3/1e-3, exact for integers and bool.
     pub fn for_dtype(dt: DType) -> Tol {
         match dt {
-            DType::F32 => Tol {
-                atol: 1e-5,
-                rtol: 1e-5,
-            },
-            DType::F16 => Tol {
-                atol: 1e-3,
-                rtol: 2e-3,
-            },
-            _ => Tol {
-                atol: 0.0,
-                rtol: 0.0,
-            },
+            DType::F32 => Tol { atol: 1e-5, rtol: 1e-5 },
+            DType::F16 => Tol { atol: 1e-3, rtol: 2e-3 },
+            _ => Tol { atol: 0.0, rtol: 0.0 },
         }
     }
 
     /// Scale the absolute tolerance by a reduction length.
     pub fn scaled(self, len: usize) -> Tol {
-        Tol {
-            atol: self.atol * (len.max(1) as f64).sqrt().max(1.0),
-            rtol: self.rtol,
-        }
+        Tol { atol: self.atol * (len.max(1) as f64).sqrt().max(1.0), rtol: self.rtol }
     }
 }
 
 /// Compare `got` with `want` elementwise; NaN must match NaN, infinities must match.
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: Tol) {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{what}: length {} vs reference {}",
-        got.len(),
-        want.len()
-    );
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs reference {}", got.len(), want.len());
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         if w.is_nan() {
             assert!(g.is_nan(), "{what}: element {i} is {g}, reference NaN");
@@ -131,30 +99,13 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: Tol) {
 pub fn check_with(name: &str, tol: Option<Tol>, build: impl Fn(&Device) -> Vec<Tensor>) {
     let cpu = Device::cpu();
     let want_t = build(&cpu);
-    let want = tessera::read_all_blocking(&want_t)
-        .unwrap_or_else(|e| panic!("{name}: reference failed: {e}"));
+    let want = tessera::read_all_blocking(&want_t).unwrap_or_else(|e| panic!("{name}: reference failed: {e}"));
     for dev in gpu_devices() {
         let got_t = build(dev);
-        let got = tessera::read_all_blocking(&got_t)
-            .unwrap_or_else(|e| panic!("{name} on {}: {e}", label(dev)));
-        for (k, ((g, w), (gt, wt))) in got
-            .iter()
-            .zip(&want)
-            .zip(got_t.iter().zip(&want_t))
-            .enumerate()
-        {
-            assert_eq!(
-                gt.dims(),
-                wt.dims(),
-                "{name} output {k} on {}: shape",
-                label(dev)
-            );
-            assert_eq!(
-                gt.dtype(),
-                wt.dtype(),
-                "{name} output {k} on {}: dtype",
-                label(dev)
-            );
+        let got = tessera::read_all_blocking(&got_t).unwrap_or_else(|e| panic!("{name} on {}: {e}", label(dev)));
+        for (k, ((g, w), (gt, wt))) in got.iter().zip(&want).zip(got_t.iter().zip(&want_t)).enumerate() {
+            assert_eq!(gt.dims(), wt.dims(), "{name} output {k} on {}: shape", label(dev));
+            assert_eq!(gt.dtype(), wt.dtype(), "{name} output {k} on {}: dtype", label(dev));
             let t = tol.unwrap_or_else(|| Tol::for_dtype(wt.dtype()));
             assert_close(&format!("{name} output {k} on {}", label(dev)), g, w, t);
         }
@@ -168,14 +119,10 @@ pub fn check(name: &str, build: impl Fn(&Device) -> Vec<Tensor>) {
 
 /// Deterministic test data: `n` values in `[lo, hi)`.
 pub fn data(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let u = ((s >> 40) as f64) / (1u64 << 24) as f64;
             (lo + (hi - lo) * u) as f32
         })

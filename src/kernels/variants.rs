@@ -1,0 +1,198 @@
+//! Every kernel family the engine renders, enumerated: one variant per element-wise op
+//! and dtype, per movement op, per reduction kind, dtype and length class, and per matmul
+//! operand dtype, each for native and packed f16 storage. `cargo test` validates all of
+//! them with naga and translates them to SPIR-V, MSL and HLSL, with no GPU.
+
+use super::{KernelSpec, ShaderCaps};
+use crate::{DType, Device, Result, Tensor};
+
+/// The two storage conventions for f16.
+pub fn all_caps() -> [ShaderCaps; 2] {
+    [ShaderCaps { native_f16: true, max_workgroups: 65535 }, ShaderCaps { native_f16: false, max_workgroups: 65535 }]
+}
+
+/// Graphs whose kernels cover every op, dtype and kernel variant (built on the CPU
+/// device: rendering needs no GPU).
+pub fn covering_graphs() -> Vec<Tensor> {
+    let d = Device::cpu();
+    let mut out = Vec::new();
+    let f = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 3.0, -4.0, 5.0], [2, 3], &d);
+    let h = f.cast(DType::F16);
+    let i = Tensor::from_slice(&[1i32, -2, 3, 4, 5, -6], [2, 3], &d);
+    let u = Tensor::from_slice(&[1u32, 2, 3, 4, 5, 6], [2, 3], &d);
+    for x in [&f, &h] {
+        out.extend([
+            x.neg(),
+            x.abs(),
+            x.exp(),
+            x.log(),
+            x.sqrt(),
+            x.rsqrt(),
+            x.sin(),
+            x.cos(),
+            x.tanh(),
+            x.sigmoid(),
+            x.relu(),
+            x.gelu(),
+            x.gelu_tanh(),
+            x.silu(),
+            x.floor(),
+            x.ceil(),
+            x.recip(),
+            x.pow(x),
+            x.maximum(x),
+            x.minimum(x),
+            x.clamp(-1.0, 1.0),
+            x / &x.exp(),
+            x.lt(x),
+            x.ge(x),
+            x.eq(x),
+            x.ne(x),
+        ]);
+    }
+    for x in [&i, &u] {
+        out.extend([
+            x.abs(),
+            x.relu(),
+            x + x,
+            x - &x.abs(),
+            x * x,
+            x / &x.abs(),
+            x.maximum(x),
+            x.minimum(x),
+            x.lt(x),
+            x.eq(x),
+        ]);
+    }
+    out.push(i.neg());
+    let m = f.gt_scalar(0.0);
+    out.extend([m.logical_not(), m.logical_and(&m), m.logical_or(&m), Tensor::where_(&m, &f, &f)]);
+    for src in [&f, &h, &i, &u, &m] {
+        for dt in DType::ALL {
+            out.push(src.cast(dt));
+        }
+    }
+    for dt in DType::ALL {
+        out.push(Tensor::full(1.0, [3], dt, &d) + Tensor::zeros([3], dt, &d).cast(dt));
+    }
+    out.extend([
+        Tensor::arange(0.0, 4.0, 1.0, DType::F32, &d),
+        Tensor::arange(0.0, 4.0, 1.0, DType::I32, &d).cast(DType::F16),
+        Tensor::arange(0.0, 4.0, 1.0, DType::U32, &d),
+        Tensor::rand([4], 1, &d),
+        Tensor::randn([4], 1, &d),
+        Tensor::eye(3, DType::F32, &d),
+    ]);
+    // Movement, fused.
+    let idx = Tensor::from_slice(&[1i32, 0], [2], &d);
+    let uidx = Tensor::from_slice(&[1u32, 0, 2], [3], &d);
+    let gidx = Tensor::from_slice(&[0i32, 1, 1, 0, 1, 0], [2, 3], &d);
+    for x in [&f, &h, &i] {
+        out.extend([
+            x.reshape([3, 2]).t().exp_if_float(),
+            x.permute(&[1, 0]),
+            x.slice(1, 0, 3, 2),
+            x.pad(&[(1, 0), (0, 2)], 0.0),
+            Tensor::concat(&[x.clone(), x.clone(), x.clone()], 1),
+            Tensor::stack(&[x.clone(), x.clone()], 0),
+            x.index_select(0, &idx),
+            x.index_select(1, &uidx),
+            x.gather(0, &gidx),
+            x.unsqueeze(1).broadcast_to([2, 4, 3]),
+        ]);
+    }
+    // Reductions: every kind, dtype and both length classes.
+    let long = Tensor::rand([2, 100], 3, &d);
+    for x in [&f, &h, &i, &u, &long, &long.cast(DType::F16)] {
+        for axes in [&[1isize][..], &[][..]] {
+            out.extend([
+                x.sum(axes, false),
+                x.max(axes, false),
+                x.min(axes, true),
+                x.argmax(axes, false),
+                x.argmin(axes, false),
+            ]);
+        }
+    }
+    out.push(m.sum(&[], false));
+    out.extend([f.softmax(-1), long.log_softmax(-1), f.var(&[0], false), (f.exp() * 2.0).sum(&[1], false)]);
+    // Matmul per operand dtype, batched with broadcasting.
+    let a = Tensor::rand([2, 3, 4], 5, &d);
+    let b = Tensor::rand([4, 5], 6, &d);
+    out.extend([a.matmul(&b), a.cast(DType::F16).matmul(&b.cast(DType::F16)), a.t().matmul(&a)]);
+    out
+}
+
+impl Tensor {
+    fn exp_if_float(&self) -> Tensor {
+        if self.dtype().is_float() {
+            self.exp()
+        } else {
+            self.clone()
+        }
+    }
+}
+
+/// Render every covering kernel for `caps`, deduplicated by source.
+pub fn render_all(caps: &ShaderCaps) -> Result<Vec<KernelSpec>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut specs = Vec::new();
+    for t in covering_graphs() {
+        for s in crate::graph::execute::plan_kernels(caps, 14, std::slice::from_ref(&t))? {
+            if seen.insert(s.source.clone()) {
+                specs.push(s);
+            }
+        }
+    }
+    Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(spec: &KernelSpec, native_f16: bool) -> std::result::Result<(), String> {
+        let module = naga::front::wgsl::parse_str(&spec.source).map_err(|e| e.emit_to_string(&spec.source))?;
+        // pack2x16float/unpack2x16float: granted by wgpu on every adapter we target.
+        let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        if native_f16 {
+            caps |= naga::valid::Capabilities::SHADER_FLOAT16;
+        }
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .map_err(|e| e.emit_to_string(&spec.source))?;
+        let spv_opts = naga::back::spv::Options::default();
+        let pipe =
+            naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+        naga::back::spv::write_vec(&module, &info, &spv_opts, Some(&pipe)).map_err(|e| format!("spir-v: {e}"))?;
+        let msl_opts = naga::back::msl::Options { lang_version: (2, 4), ..Default::default() };
+        naga::back::msl::write_string(&module, &info, &msl_opts, &naga::back::msl::PipelineOptions::default())
+            .map_err(|e| format!("msl: {e}"))?;
+        let hlsl_opts =
+            naga::back::hlsl::Options { shader_model: naga::back::hlsl::ShaderModel::V6_2, ..Default::default() };
+        let mut hlsl = String::new();
+        naga::back::hlsl::Writer::new(&mut hlsl, &hlsl_opts, &naga::back::hlsl::PipelineOptions::default())
+            .write(&module, &info, None)
+            .map_err(|e| format!("hlsl: {e}"))?;
+        Ok(())
+    }
+
+    #[test]
+    fn shader_variants_validate_and_translate() {
+        let mut total = 0;
+        let mut failures = Vec::new();
+        for caps in all_caps() {
+            let specs = render_all(&caps).expect("rendering");
+            assert!(specs.len() > 100, "only {} variants", specs.len());
+            for s in &specs {
+                if let Err(e) = translate(s, caps.native_f16) {
+                    failures.push(format!("{} (native_f16={}): {e}\n{}", s.label, caps.native_f16, s.source));
+                }
+            }
+            let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
+            assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
+            total += specs.len();
+        }
+        assert!(failures.is_empty(), "{} of {total} variants failed:\n{}", failures.len(), failures.join("\n\n"));
+    }
+}

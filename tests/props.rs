@@ -1,0 +1,107 @@
+//! Property tests: broadcasting and reshape rules on the reference, and random shapes
+//! (1, odd sizes, sizes just past a tile) through fused kernels on every GPU device.
+
+mod common;
+use common::{assert_close, gpu_devices, rand_t, Tol};
+use proptest::prelude::*;
+use tessera::shape::broadcast_shapes;
+use tessera::{DType, Device, Tensor};
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(1usize), Just(2), Just(3), Just(5), Just(17), Just(65)]
+}
+
+fn shape(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(dim(), 0..=max_rank)
+}
+
+/// A shape `b` that broadcasts with `a`: a suffix of `a` with some axes set to 1.
+fn compatible(a: Vec<usize>) -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    let n = a.len();
+    (0..=n, prop::collection::vec(any::<bool>(), n)).prop_map(move |(keep, ones)| {
+        let b: Vec<usize> = a[n - keep..].iter().zip(&ones[n - keep..]).map(|(&d, &o)| if o { 1 } else { d }).collect();
+        (a.clone(), b)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn broadcast_is_symmetric_and_covers_both(a in shape(4), b in shape(4)) {
+        let ab = broadcast_shapes(&a, &b);
+        prop_assert_eq!(&ab, &broadcast_shapes(&b, &a));
+        // numpy's rule, spelled out: aligned from the right, equal or one of them 1.
+        let r = a.len().max(b.len());
+        let get = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+        let ok = (0..r).all(|i| get(&a, i) == get(&b, i) || get(&a, i) == 1 || get(&b, i) == 1);
+        prop_assert_eq!(ab.is_some(), ok);
+        if let Some(s) = ab {
+            prop_assert!(tessera::shape::can_broadcast_to(&a, &s));
+            prop_assert!(tessera::shape::can_broadcast_to(&b, &s));
+        }
+    }
+
+    #[test]
+    fn broadcast_add_matches_elementwise_definition((a, b) in shape(3).prop_flat_map(compatible)) {
+        let d = Device::cpu();
+        let x = rand_t(&a, 1, -1.0, 1.0, &d);
+        let y = rand_t(&b, 2, -1.0, 1.0, &d);
+        let z = (&x + &y).to_vec_blocking::<f32>().unwrap();
+        let xs = x.to_vec_blocking::<f32>().unwrap();
+        let ys = y.to_vec_blocking::<f32>().unwrap();
+        // Index each operand by hand with broadcast strides.
+        let r = a.len();
+        let mut c = vec![0usize; r];
+        for (i, &zv) in z.iter().enumerate() {
+            let mut rem = i;
+            for k in (0..r).rev() { c[k] = rem % a[k]; rem /= a[k]; }
+            let off = r - b.len();
+            let mut j = 0;
+            for k in 0..b.len() { j = j * b[k] + if b[k] == 1 { 0 } else { c[off + k] }; }
+            prop_assert_eq!(zv, xs[i] + ys[j]);
+        }
+    }
+
+    #[test]
+    fn reshape_keeps_row_major_order(s in shape(4), split in 0usize..4) {
+        let d = Device::cpu();
+        let n: usize = s.iter().product();
+        let x = Tensor::arange(0.0, n as f64, 1.0, DType::I32, &d).reshape(s.clone());
+        let k = split.min(s.len());
+        let folded = vec![s[..k].iter().product::<usize>(), s[k..].iter().product()];
+        let y = x.reshape(folded).reshape([n]);
+        prop_assert_eq!(y.to_vec_blocking::<i32>().unwrap(), (0..n as i32).collect::<Vec<_>>());
+        let bad = x.reshape([n + 1]);
+        prop_assert!(bad.error().is_some());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn random_fused_graphs_match_on_gpu(
+        (a, b) in shape(3).prop_flat_map(compatible),
+        axis_pick in 0usize..4,
+        seed in 0u64..1000,
+    ) {
+        let build = |d: &Device| {
+            let x = rand_t(&a, seed, -2.0, 2.0, d);
+            let y = rand_t(&b, seed + 1, -2.0, 2.0, d);
+            let z = ((&x * &y).tanh() + &y).relu();
+            let axes: Vec<isize> = if a.is_empty() { vec![] } else { vec![(axis_pick % a.len()) as isize] };
+            let len: usize = axes.iter().map(|&ax| a[ax as usize]).product();
+            let rev: Vec<usize> = (0..a.len()).rev().collect();
+            (vec![z.clone(), z.sum(&axes, false), z.permute(&rev).exp(), z.max(&axes, true)], len)
+        };
+        let (want_t, len) = build(&Device::cpu());
+        let want = tessera::read_all_blocking(&want_t).unwrap();
+        for d in gpu_devices() {
+            let got = tessera::read_all_blocking(&build(d).0).unwrap();
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("output {k} on {}", common::label(d)), g, w, Tol::for_dtype(DType::F32).scaled(len));
+            }
+        }
+    }
+}
