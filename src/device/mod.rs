@@ -224,6 +224,22 @@ impl Device {
         }
     }
 
+    /// Block until the GPU has finished all submitted work (native only; a no-op on the
+    /// CPU device). Benchmarks use it; ordinary code never needs to.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.0.backend {
+            Backend::Gpu(g) => {
+                let _serial = g.exclusive();
+                g.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map(|_| ())
+                    .map_err(|e| Error::DeviceLost(e.to_string()))
+            }
+            Backend::Cpu => Ok(()),
+        }
+    }
+
     /// Release pooled buffers no tensor holds; returns the bytes released.
     pub fn trim_pool(&self) -> u64 {
         match &self.0.backend {
