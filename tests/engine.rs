@@ -211,3 +211,19 @@ fn an_application_can_share_its_wgpu_device() {
     assert_eq!(x.sqrt().to_vec_blocking::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
     assert_eq!(shared.stats().submits, 1);
 }
+
+#[test]
+fn long_and_diamond_chains_do_not_overflow() {
+    for d in gpu_devices().iter().take(1).cloned().chain([Device::cpu()]) {
+        let mut x = Tensor::zeros([4], DType::F32, &d);
+        for _ in 0..5000 {
+            x = &x + 1.0;
+        }
+        assert_eq!(x.to_vec_blocking::<f32>().unwrap(), vec![5000.0; 4]);
+        let mut y = Tensor::ones([3], DType::F32, &d);
+        for _ in 0..60 {
+            y = (&y + &y) * 0.5; // a diamond: each level reads the previous one twice
+        }
+        assert_eq!(y.to_vec_blocking::<f32>().unwrap(), vec![1.0; 3]);
+    }
+}

@@ -259,8 +259,21 @@ impl Device {
         (self.capabilities().max_storage_buffers_per_shader_stage.min(64) as usize).saturating_sub(2).max(2)
     }
 
-    /// Put host values (already rounded to `dtype`) on this device.
+    /// Put host values (already rounded to `dtype`) on this device. A tensor over the
+    /// device's buffer limits becomes a tensor carrying `Error::Limit`.
+    #[track_caller]
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
+        let bytes = (values.len() as u64) * dtype.size_in_bytes() as u64;
+        let caps = self.capabilities();
+        let limit = caps.max_storage_buffer_binding_size.min(caps.max_buffer_size);
+        if bytes > limit {
+            let e = Error::Limit {
+                what: format!("a {dtype} tensor of shape {shape} ({bytes} bytes)"),
+                needed: bytes,
+                limit,
+            };
+            return Tensor::failed(e, dtype, self);
+        }
         let storage = match &self.0.backend {
             Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
             Backend::Cpu => Storage::Host(Arc::new(values)),

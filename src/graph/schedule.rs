@@ -13,6 +13,9 @@ use std::collections::{HashMap, HashSet};
 /// Most ops one generated kernel may contain.
 pub const MAX_FUSED_OPS: usize = 96;
 
+/// Longest chain of fused ops from a kernel's root to its leaves.
+pub const MAX_FUSED_DEPTH: usize = 48;
+
 /// What a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelKind {
@@ -109,8 +112,24 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             _ => {}
         }
     }
-    // Operands of matmuls may have become buffers only now; re-resolve is not needed
-    // because inserting them made them buffers. Now split groups that are too big.
+    // Bound the depth of every fused expression: a long unrealised chain (a loop that
+    // keeps adding to a tensor) is cut into kernels instead of one deep recursion.
+    let mut depth: HashMap<u64, usize> = HashMap::new();
+    for t in &order {
+        let d = 1 + t
+            .node()
+            .inputs
+            .iter()
+            .filter(|i| !i.is_realized() && !mat.contains(&i.id()))
+            .map(|i| depth.get(&i.id()).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        if d > MAX_FUSED_DEPTH {
+            mat.insert(t.id());
+        }
+        depth.insert(t.id(), if mat.contains(&t.id()) { 0 } else { d });
+    }
+    // Split groups that read too many buffers or hold too many ops.
     loop {
         let mut changed = false;
         for t in &order {
@@ -164,7 +183,7 @@ fn oversized(root: &Tensor, mat: &HashSet<u64>, max_inputs: usize) -> Option<u64
         for i in &t.node().inputs {
             let (l, o) = visit(i, false, mat, info, group);
             leaves.extend(l);
-            ops += o;
+            ops = usize::saturating_add(ops, o);
         }
         info.insert(t.id(), (leaves.clone(), ops));
         group.push(t.clone());
