@@ -440,6 +440,20 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// The finished kernel: this generator's parameters, leaves and checks.
+    pub fn finish(self, label: String, source: String, root: &Tensor, workgroups: [u32; 3]) -> super::KernelSpec {
+        super::KernelSpec {
+            label,
+            source,
+            meta: self.meta,
+            inputs: self.leaves,
+            output: root.clone(),
+            checks: self.checks,
+            status_slot: self.status_slot,
+            workgroups,
+        }
+    }
+
     /// Helper functions (from `shaders/common.wgsl`) plus the status binding if used.
     pub fn support(&self, status_binding: u32) -> String {
         let mut s = String::from(super::sources::COMMON);

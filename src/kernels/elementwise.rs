@@ -35,16 +35,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let threads = if packed { n.div_ceil(2) } else { n } as u64;
     let label = label(&g.ops);
     let workgroups = fold_groups(threads.div_ceil(WG as u64), caps, &label)?;
-    Ok(KernelSpec {
-        label,
-        source: src,
-        meta: g.meta,
-        inputs: g.leaves,
-        output: root.clone(),
-        checks: g.checks,
-        status_slot: g.status_slot,
-        workgroups,
-    })
+    Ok(g.finish(label, src, root, workgroups))
 }
 
 /// `fused(add,mul,gelu)`, or `copy` for a pure data movement.

@@ -69,16 +69,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());
     let groups = if small { (n_out as u64).div_ceil(WG as u64) } else { n_out as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
-    Ok(KernelSpec {
-        label,
-        source: src,
-        meta: g.meta,
-        inputs: g.leaves,
-        output: root.clone(),
-        checks: g.checks,
-        status_slot: g.status_slot,
-        workgroups,
-    })
+    Ok(g.finish(label, src, root, workgroups))
 }
 
 /// The accumulator's identity and combine rule. Ties keep the lower index; NaN wins

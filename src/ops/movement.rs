@@ -276,29 +276,35 @@ impl Tensor {
     pub fn index_select(&self, axis_: isize, index: &Tensor) -> Tensor {
         let loc = Location::caller();
         let r = (|| {
-            precheck("index_select", &[self, index], loc)?;
-            let a = axis("index_select", self, axis_, loc)?;
-            if !index.dtype().is_int() {
-                return Err(dtype_err("index_select", &[index.dtype()], "the index must be i32 or u32", loc));
-            }
+            let a = self.index_preamble("index_select", axis_, index, loc)?;
             if index.rank() != 1 {
                 return Err(shape_err("index_select", &[self.dims(), index.dims()], "the index must be 1-D", loc));
             }
             let mut d = self.dims().to_vec();
             d[a] = index.dims()[0];
-            if self.dims()[a] == 0 && d[a] > 0 {
-                return Err(Error::IndexOutOfRange { op: "index_select", index: 0, axis: a, size: 0, location: loc });
-            }
-            Ok(Tensor::make_at(
-                Op::IndexSelect { axis: a },
-                vec![self.clone(), index.clone()],
-                Shape(d),
-                self.dtype(),
-                self.device(),
-                loc,
-            ))
+            self.indexed("index_select", Op::IndexSelect { axis: a }, index, Shape(d), loc)
         })();
         self.lift(r)
+    }
+
+    /// Checks shared by gather and index_select; returns the resolved axis.
+    fn index_preamble(&self, op: &'static str, axis_: isize, index: &Tensor, loc: Loc) -> Result<usize> {
+        precheck(op, &[self, index], loc)?;
+        let a = axis(op, self, axis_, loc)?;
+        if !index.dtype().is_int() {
+            return Err(dtype_err(op, &[index.dtype()], "the index must be i32 or u32", loc));
+        }
+        Ok(a)
+    }
+
+    /// The node of a gather-like op producing `shape`; any index into an empty axis is
+    /// out of range.
+    fn indexed(&self, op: &'static str, node: Op, index: &Tensor, shape: Shape, loc: Loc) -> Result<Tensor> {
+        let (Op::Gather { axis } | Op::IndexSelect { axis }) = node else { unreachable!("indexed takes gather ops") };
+        if self.dims()[axis] == 0 && shape.numel() > 0 && index.numel() > 0 {
+            return Err(Error::IndexOutOfRange { op, index: 0, axis, size: 0, location: loc });
+        }
+        Ok(Tensor::make_at(node, vec![self.clone(), index.clone()], shape, self.dtype(), self.device(), loc))
     }
 
     /// `out[c] = x[c with c[axis] = index[c]]` (as `torch.gather`). `index` has this
@@ -307,11 +313,7 @@ impl Tensor {
     pub fn gather(&self, axis_: isize, index: &Tensor) -> Tensor {
         let loc = Location::caller();
         let r = (|| {
-            precheck("gather", &[self, index], loc)?;
-            let a = axis("gather", self, axis_, loc)?;
-            if !index.dtype().is_int() {
-                return Err(dtype_err("gather", &[index.dtype()], "the index must be i32 or u32", loc));
-            }
+            let a = self.index_preamble("gather", axis_, index, loc)?;
             if index.rank() != self.rank()
                 || index.dims().iter().zip(self.dims()).enumerate().any(|(d, (&i, &s))| d != a && i > s)
             {
@@ -322,17 +324,7 @@ impl Tensor {
                     loc,
                 ));
             }
-            if self.dims()[a] == 0 && index.numel() > 0 {
-                return Err(Error::IndexOutOfRange { op: "gather", index: 0, axis: a, size: 0, location: loc });
-            }
-            Ok(Tensor::make_at(
-                Op::Gather { axis: a },
-                vec![self.clone(), index.clone()],
-                index.shape().clone(),
-                self.dtype(),
-                self.device(),
-                loc,
-            ))
+            self.indexed("gather", Op::Gather { axis: a }, index, index.shape().clone(), loc)
         })();
         self.lift(r)
     }
