@@ -1,6 +1,7 @@
 // Batched matmul C[b] = A[b] @ B[b] with broadcast batch axes. Each workgroup computes a
 // BM x BN tile of C; each of its 16 x 16 invocations a TM x TN block in registers.
-// K advances in BK-wide tiles staged in workgroup memory.
+// K advances in BK-wide tiles staged in workgroup memory. TRANS_A / TRANS_B (set by the
+// header) read an operand stored transposed, so `x @ w.t()` needs no copy.
 // meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
 //       size, A stride, B stride (stride 0 where that operand broadcasts).
 
@@ -50,7 +51,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let gk = k0 + kk;
             var v = 0.0;
             if (gr < M && gk < K) {
-                v = ld_a(off_a + gr * K + gk);
+                v = ld_a(off_a + select(gr * K + gk, gk * M + gr, TRANS_A));
             }
             tile_a[kk * BM + r] = v;
         }
@@ -62,7 +63,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let gc = col0 + c;
             var v = 0.0;
             if (gk < K && gc < N) {
-                v = ld_b(off_b + gk * N + gc);
+                v = ld_b(off_b + select(gk * N + gc, gc * K + gk, TRANS_B));
             }
             tile_b[kk * BN + c] = v;
         }

@@ -53,6 +53,12 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
     assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 3);
 
+    // A transposed matmul operand is read in place, not copied.
+    let w = rand_t(&[4, 3], 2, -1.0, 1.0, &d);
+    let before = d.stats();
+    let _ = x.matmul(&w.t()).to_vec_blocking::<f32>().unwrap();
+    assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 1, "x @ w.t() is one kernel");
+
     // Realising several tensors at once is still one submit, and a realised tensor is
     // read back without recomputation.
     let before = d.stats();

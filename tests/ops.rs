@@ -355,7 +355,15 @@ fn matmul_shapes() {
     check_with("matmul epilogue and transposed operand", Some(Tol { atol: 1e-4, rtol: 1e-5 }), |d| {
         let x = rand_t(&[5, 7], 1, -1.0, 1.0, d);
         let w = rand_t(&[3, 7], 2, -1.0, 1.0, d);
-        vec![(x.matmul(&w.t()) + 1.0).relu(), x.exp().matmul(&w.t().exp()).sum(&[], false)]
+        let b = rand_t(&[2, 7, 5], 3, -1.0, 1.0, d);
+        vec![
+            (x.matmul(&w.t()) + 1.0).relu(),
+            x.exp().matmul(&w.t().exp()).sum(&[], false),
+            x.t().matmul(&x),
+            b.transpose(-1, -2).matmul(&b),
+            b.matmul(&b.transpose(1, 2)),
+            x.matmul(&rand_t(&[2, 5, 7], 4, -1.0, 1.0, d).transpose(1, 2)),
+        ]
     });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {
         let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);

@@ -1,7 +1,7 @@
 //! The GPU executor: schedule, render, plan buffers, encode every dispatch into one
 //! command encoder, submit once, and read back only what was asked for.
 
-use super::schedule::{buffer_source, schedule, KernelKind};
+use super::schedule::{matmul_operand, schedule, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
@@ -32,12 +32,12 @@ pub(crate) fn plan_kernels(
             KernelKind::Matmul => {
                 let ins = &k.root.node().inputs;
                 let src = |i: &Tensor| {
-                    buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
+                    matmul_operand(i, &sched.materialised).ok_or_else(|| Error::Gpu {
                         context: "schedule".into(),
                         message: format!("matmul operand {} was not materialised", i.id()),
                     })
                 };
-                matmul::render(&k.root, &src(&ins[0])?, &src(&ins[1])?, caps)?
+                matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
             }
         };
         specs.push(spec);

@@ -63,6 +63,40 @@ pub fn buffer_source(t: &Tensor, materialised: &HashSet<u64>) -> Option<Tensor> 
     }
 }
 
+fn strip_leading_ones(d: &[usize]) -> &[usize] {
+    let k = d.iter().take_while(|&&x| x == 1).count();
+    &d[k..]
+}
+
+/// A matmul operand as a buffer: `(the tensor owning it, transposed)`. Reshapes that only
+/// add or drop leading unit axes are free, and so is a swap of the last two axes of a
+/// buffer: the kernel reads it transposed instead of materialising the transpose.
+pub fn matmul_operand(t: &Tensor, materialised: &HashSet<u64>) -> Option<(Tensor, bool)> {
+    if let Some(b) = buffer_source(t, materialised) {
+        return Some((b, false));
+    }
+    let mut cur = t.clone();
+    loop {
+        let next = {
+            let n = cur.node();
+            match &n.op {
+                Op::Reshape if strip_leading_ones(n.inputs[0].dims()) == strip_leading_ones(cur.dims()) => {
+                    n.inputs[0].clone()
+                }
+                Op::Permute { perm }
+                    if perm.len() >= 2
+                        && perm[..perm.len() - 2].iter().enumerate().all(|(i, &p)| i == p)
+                        && perm[perm.len() - 2] == perm.len() - 1 =>
+                {
+                    return buffer_source(&n.inputs[0], materialised).map(|b| (b, true));
+                }
+                _ => return None,
+            }
+        };
+        cur = next;
+    }
+}
+
 /// Unrealised nodes reachable from `targets`, inputs before consumers.
 pub fn topo_order(targets: &[Tensor]) -> Vec<Tensor> {
     let mut order = Vec::new();
@@ -104,7 +138,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             Op::Matmul => {
                 mat.insert(t.id());
                 for i in &t.node().inputs {
-                    if buffer_source(i, &mat).is_none() {
+                    if matmul_operand(i, &mat).is_none() {
                         mat.insert(i.id());
                     }
                 }

@@ -7,9 +7,10 @@ use crate::{DType, Error, Result, Tensor};
 /// Output tile edge (rows and columns per workgroup).
 pub const TILE: usize = 64;
 
-/// Render the matmul producing `root` from operands `a` and `b` (materialised buffers,
-/// same rank ≥ 2, batch axes broadcast-compatible with `root`'s).
-pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Result<KernelSpec> {
+/// Render the matmul producing `root` from operands `a` and `b`: the tensors owning their
+/// buffers, each with whether it is stored transposed (`[.., n, k]` for `b`).
+pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &ShaderCaps) -> Result<KernelSpec> {
+    let ((a, trans_a), (b, trans_b)) = (a, b);
     let r = root.rank();
     // Shapes come from the node's operands (rank-aligned); buffers from `a` and `b`,
     // which may be the un-reshaped tensors owning them.
@@ -32,7 +33,7 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
     }
     let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
     let mut src = header(meta.len(), DType::F32, uses_f16, caps);
-    for (i, (t, name)) in [(a, "a"), (b, "b")].into_iter().enumerate() {
+    for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         src.push_str(&format!(
             "@group(0) @binding({}) var<storage, read> in_{name}: array<{}>;\n",
             2 + i,
@@ -40,9 +41,11 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
         ));
         src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps));
     }
+    src.push_str(&format!("const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\n"));
     src.push_str(sources::MATMUL);
     let batch: usize = root.dims()[..r - 2].iter().product();
-    let label = format!("matmul_{}_{}x{}", a.dtype(), TILE, TILE);
+    let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
+    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), TILE, TILE);
     let gx = n.div_ceil(TILE);
     let gy = m.div_ceil(TILE);
     let max = caps.max_workgroups as usize;
@@ -60,7 +63,7 @@ pub fn render(root: &Tensor, a: &Tensor, b: &Tensor, caps: &ShaderCaps) -> Resul
         label,
         source: src,
         meta,
-        inputs: vec![a.clone(), b.clone()],
+        inputs: vec![a, b],
         output: root.clone(),
         checks: Vec::new(),
         status_slot: None,
