@@ -5,26 +5,51 @@ use half::f16;
 /// The element type of a tensor.
 ///
 /// `Bool` is the mask type produced by comparisons; it is stored as one `u32` (0 or 1)
-/// per element so every backend can address it.
+/// per element so every backend can address it. `Q8_0` and `Q4_0` are GGUF's block
+/// formats (32 values and one f16 scale per block): read-only weights that matmul,
+/// casts, views and index_select consume, dequantising as they load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[allow(non_camel_case_types)]
 pub enum DType {
     F32,
     F16,
     I32,
     U32,
     Bool,
+    Q8_0,
+    Q4_0,
 }
 
 impl DType {
-    /// Every dtype, in a fixed order (used by tests and shader enumeration).
+    /// Every element dtype (the ones ops compute and store), in a fixed order.
     pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool];
 
-    /// Bytes one element occupies in device storage.
+    /// The quantised block formats.
+    pub const QUANTIZED: [DType; 2] = [DType::Q8_0, DType::Q4_0];
+
+    /// Bytes one element occupies in device storage (quantised formats: rounded up;
+    /// use [`DType::storage_bytes`] for exact sizes).
     pub fn size_in_bytes(self) -> usize {
         match self {
             DType::F16 => 2,
+            DType::Q8_0 | DType::Q4_0 => 1,
             _ => 4,
         }
+    }
+
+    /// Bytes `numel` elements occupy in device storage, before rounding to 4.
+    pub fn storage_bytes(self, numel: usize) -> u64 {
+        let n = numel as u64;
+        match self {
+            DType::Q8_0 | DType::Q4_0 => crate::quant::gpu_bytes(self, numel) as u64,
+            DType::F16 => 2 * n,
+            _ => 4 * n,
+        }
+    }
+
+    /// True for the GGUF block formats.
+    pub fn is_quantized(self) -> bool {
+        matches!(self, DType::Q8_0 | DType::Q4_0)
     }
 
     /// True for F32 and F16.
@@ -45,6 +70,8 @@ impl DType {
             DType::I32 => "i32",
             DType::U32 => "u32",
             DType::Bool => "bool",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
         }
     }
 
@@ -82,6 +109,8 @@ impl DType {
                     0.0
                 }
             }
+            // Quantised values are exact dequantised values already.
+            DType::Q8_0 | DType::Q4_0 => v,
         }
     }
 }
@@ -159,6 +188,10 @@ impl Element for bool {
 /// Encode values (already rounded to `dtype`) as the bytes device storage holds.
 /// The result is padded to a multiple of four bytes.
 pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    if dtype.is_quantized() {
+        let f: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        return crate::quant::blocks_to_gpu(dtype, &crate::quant::quantize(dtype, &f));
+    }
     let mut out = Vec::with_capacity((values.len() * dtype.size_in_bytes()).div_ceil(4) * 4);
     for &v in values {
         match dtype {
@@ -167,6 +200,7 @@ pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
             DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
             DType::U32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
             DType::Bool => out.extend_from_slice(&u32::from(v != 0.0).to_le_bytes()),
+            DType::Q8_0 | DType::Q4_0 => unreachable!("handled above"),
         }
     }
     while out.len() % 4 != 0 {
@@ -177,6 +211,10 @@ pub(crate) fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
 
 /// Decode `n` elements of `dtype` from device bytes.
 pub(crate) fn decode(dtype: DType, bytes: &[u8], n: usize) -> Vec<f64> {
+    if dtype.is_quantized() {
+        let blocks = crate::quant::gpu_to_blocks(dtype, bytes, n);
+        return crate::quant::dequantize(dtype, &blocks).into_iter().map(f64::from).collect();
+    }
     let w = dtype.size_in_bytes();
     (0..n)
         .map(|i| {
@@ -187,6 +225,7 @@ pub(crate) fn decode(dtype: DType, bytes: &[u8], n: usize) -> Vec<f64> {
                 DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
                 DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
                 DType::Bool => f64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != 0),
+                DType::Q8_0 | DType::Q4_0 => unreachable!("handled above"),
             }
         })
         .collect()

@@ -26,6 +26,7 @@ pub mod error;
 pub mod graph;
 pub mod kernels;
 pub mod ops;
+pub mod quant;
 pub mod reference;
 pub mod shape;
 pub mod stats;

@@ -263,7 +263,7 @@ impl Device {
     /// device's buffer limits becomes a tensor carrying `Error::Limit`.
     #[track_caller]
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
-        let bytes = (values.len() as u64) * dtype.size_in_bytes() as u64;
+        let bytes = dtype.storage_bytes(values.len());
         let caps = self.capabilities();
         let limit = caps.max_storage_buffer_binding_size.min(caps.max_buffer_size);
         if bytes > limit {
@@ -279,6 +279,36 @@ impl Device {
             Backend::Cpu => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)
+    }
+
+    /// Put GGUF blocks of `dtype` (Q8_0 or Q4_0) on this device, exactly.
+    pub(crate) fn upload_quantized(&self, blocks: &[u8], shape: Shape, dtype: DType) -> Tensor {
+        let storage = match &self.0.backend {
+            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)))),
+            Backend::Cpu => {
+                Storage::Host(Arc::new(crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect()))
+            }
+        };
+        Tensor::from_storage(storage, shape, dtype, self)
+    }
+
+    /// The raw device bytes of a realised tensor (one copy and one submit on a GPU).
+    pub(crate) async fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
+        match (&self.0.backend, t.storage()) {
+            (Backend::Gpu(g), Some(Storage::Gpu(s))) => {
+                let bytes = crate::graph::execute::storage_bytes(t);
+                let _serial = g.exclusive();
+                let staging = g.pool.get(&g.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+                let mut enc = g.device.create_command_encoder(&Default::default());
+                enc.copy_buffer_to_buffer(s.buffer.buffer(), 0, staging.buffer(), 0, bytes);
+                g.queue.submit(Some(enc.finish()));
+                self.0.counters.add(crate::stats::Counter::Submits, 1);
+                let mut out = g.map_read(&[(staging.buffer(), bytes)]).await?;
+                Ok(out.pop().unwrap_or_default())
+            }
+            (_, Some(Storage::Host(v))) => Ok(crate::dtype::encode(t.dtype(), &v)),
+            _ => Err(Error::Unsupported(format!("tensor {} is not realised on {}", t.id(), self))),
+        }
     }
 
     /// Realise `targets` (one submit on a GPU) and keep their values on the device.

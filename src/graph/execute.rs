@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 /// Bytes a tensor occupies on the device (at least 4, a multiple of 4).
 pub(crate) fn storage_bytes(t: &Tensor) -> u64 {
-    ((t.numel() as u64) * t.dtype().size_in_bytes() as u64).div_ceil(4).max(1) * 4
+    t.dtype().storage_bytes(t.numel()).div_ceil(4).max(1) * 4
 }
 
 /// Render every kernel of the schedule for `targets` (no GPU work).
@@ -40,9 +40,27 @@ pub(crate) fn plan_kernels(
                 matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
             }
         };
+        if spec.output.dtype().is_quantized() {
+            return Err(quantized_output(&spec.output));
+        }
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// Kernels cannot write block formats: a quantised view must be cast before it is
+/// realised or copied.
+pub(crate) fn quantized_output(t: &Tensor) -> Error {
+    Error::DType {
+        op: "realize",
+        dtypes: vec![t.dtype()],
+        detail: format!(
+            "a {} result of {} cannot be materialised: cast it to f32 or f16 (quantised tensors are read-only)",
+            t.dtype(),
+            t.op().name()
+        ),
+        location: t.location(),
+    }
 }
 
 fn check_limits(dev: &Device, specs: &[KernelSpec]) -> Result<()> {

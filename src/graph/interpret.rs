@@ -21,6 +21,11 @@ pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
             _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
         }
     };
+    // The same rule as the GPU: nothing may materialise a block format.
+    let sched = super::schedule::schedule(targets, usize::MAX);
+    if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized()) {
+        return Err(super::execute::quantized_output(&k.root));
+    }
     for t in &order {
         let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
         let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();

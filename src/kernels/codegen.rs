@@ -42,6 +42,8 @@ pub(crate) struct Gen<'a> {
     indent: usize,
     pub meta: Vec<u32>,
     pub leaves: Vec<Tensor>,
+    /// Per leaf: the meta expression of a quantised leaf's quant offset.
+    leaf_qoff: Vec<Option<String>>,
     leaf_index: HashMap<u64, usize>,
     is_leaf: &'a dyn Fn(&Tensor) -> bool,
     memo: HashMap<(u64, String), String>,
@@ -62,6 +64,7 @@ impl<'a> Gen<'a> {
             indent: 1,
             meta: Vec::new(),
             leaves: Vec::new(),
+            leaf_qoff: Vec::new(),
             leaf_index: HashMap::new(),
             is_leaf,
             memo: HashMap::new(),
@@ -161,6 +164,8 @@ impl<'a> Gen<'a> {
         }
         let k = self.leaves.len();
         self.leaves.push(t.clone());
+        let qoff = t.dtype().is_quantized().then(|| self.slot(crate::quant::gpu_quant_offset_words(t.numel()) as u32));
+        self.leaf_qoff.push(qoff);
         self.leaf_index.insert(t.id(), k);
         if t.dtype() == DType::F16 {
             self.uses_f16 = true;
@@ -173,7 +178,8 @@ impl<'a> Gen<'a> {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
-            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps));
+            let qoff = self.leaf_qoff[k].as_deref();
+            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps, qoff));
         }
         s
     }
@@ -181,7 +187,7 @@ impl<'a> Gen<'a> {
     /// A meta-held scalar of `dtype`, as a WGSL expression of its compute type.
     fn scalar(&mut self, v: f64, dtype: DType) -> String {
         match dtype {
-            DType::F32 | DType::F16 => {
+            DType::F32 | DType::F16 | DType::Q8_0 | DType::Q4_0 => {
                 let s = self.slot((v as f32).to_bits());
                 format!("bitcast<f32>({s})")
             }

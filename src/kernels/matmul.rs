@@ -31,6 +31,14 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     for ax in axes.iter().rev() {
         meta.extend_from_slice(ax);
     }
+    // Quantised operands: where their quants start.
+    let mut qoff = [None, None];
+    for (j, t) in [&a, &b].into_iter().enumerate() {
+        if t.dtype().is_quantized() {
+            meta.push(crate::quant::gpu_quant_offset_words(t.numel()) as u32);
+            qoff[j] = Some(format!("m({}u)", meta.len() - 1));
+        }
+    }
     let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
     let mut src = header(meta.len(), DType::F32, uses_f16, caps);
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
@@ -39,7 +47,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             2 + i,
             storage_type(t.dtype(), caps)
         ));
-        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps));
+        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
     }
     src.push_str(&format!("const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\n"));
     src.push_str(sources::MATMUL);

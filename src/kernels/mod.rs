@@ -77,14 +77,14 @@ pub(crate) fn storage_type(dtype: DType, caps: &ShaderCaps) -> &'static str {
         DType::F16 if caps.native_f16 => "f16",
         DType::F16 => "u32",
         DType::I32 => "i32",
-        DType::U32 | DType::Bool => "u32",
+        DType::U32 | DType::Bool | DType::Q8_0 | DType::Q4_0 => "u32",
     }
 }
 
 /// WGSL type values of a dtype are computed in.
 pub(crate) fn compute_type(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32 | DType::F16 => "f32",
+        DType::F32 | DType::F16 | DType::Q8_0 | DType::Q4_0 => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
@@ -92,12 +92,18 @@ pub(crate) fn compute_type(dtype: DType) -> &'static str {
 }
 
 /// A load function `fn {name}(i: u32) -> compute type` over storage binding `var_name`.
-pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCaps) -> String {
+/// Quantised formats need `qoff`, the WGSL expression of their quant region's offset.
+pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCaps, qoff: Option<&str>) -> String {
+    if dtype.is_quantized() {
+        let body = crate::quant::wgsl_load(dtype, var_name, qoff.unwrap_or("0u"));
+        return format!("fn {name}(i: u32) -> f32 {{\n    {body}\n}}\n");
+    }
     let body = match dtype {
         DType::F32 | DType::I32 | DType::U32 => format!("{var_name}[i]"),
         DType::F16 if caps.native_f16 => format!("f32({var_name}[i])"),
         DType::F16 => format!("unpack2x16float({var_name}[i >> 1u])[i & 1u]"),
         DType::Bool => format!("{var_name}[i] != 0u"),
+        DType::Q8_0 | DType::Q4_0 => unreachable!("handled above"),
     };
     format!("fn {name}(i: u32) -> {} {{\n    return {body};\n}}\n", compute_type(dtype))
 }

@@ -120,6 +120,22 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let a = Tensor::rand([2, 3, 4], 5, &d);
     let b = Tensor::rand([4, 5], 6, &d);
     out.extend([a.matmul(&b), a.cast(DType::F16).matmul(&b.cast(DType::F16)), a.t().matmul(&a)]);
+    // Quantised weights: dequantised in loads, fused casts, lookups and matmul (as
+    // either operand, stored transposed or not).
+    let vals: Vec<f32> = (0..64 * 4).map(|i| (i % 13) as f32 - 6.0).collect();
+    for q in DType::QUANTIZED {
+        let w = Tensor::from_quantized(q, [4, 64], &crate::quant::quantize(q, &vals), &d);
+        let x = Tensor::rand([3, 64], 9, &d);
+        out.extend([
+            w.cast(DType::F32),
+            w.cast(DType::F16) * 2.0,
+            w.index_select(0, &idx),
+            x.matmul(&w.t()),
+            x.cast(DType::F16).matmul(&w.t()),
+            w.matmul(&x.t()),
+            w.t().matmul(&w.cast(DType::F32)),
+        ]);
+    }
     out
 }
 

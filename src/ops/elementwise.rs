@@ -154,6 +154,15 @@ impl Tensor {
         if self.error().is_some() || self.dtype() == dtype {
             return self.clone();
         }
+        if dtype.is_quantized() {
+            let e = dtype_err(
+                "cast",
+                &[self.dtype(), dtype],
+                "quantise with tessera::quant::quantize_tensor (block formats are read-only on the device)",
+                loc,
+            );
+            return Tensor::failed(e, self.dtype(), self.device());
+        }
         Tensor::make_at(Op::Cast, vec![self.clone()], self.shape().clone(), dtype, self.device(), loc)
     }
 

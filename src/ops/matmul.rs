@@ -18,9 +18,20 @@ impl Tensor {
 
 fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     precheck("matmul", &[a, b], loc)?;
-    if a.dtype() != b.dtype() || !a.dtype().is_float() {
-        return Err(dtype_err("matmul", &[a.dtype(), b.dtype()], "matmul needs two f32 or two f16 operands", loc));
-    }
+    // Two f32 or two f16 operands, or one of them quantised (dequantised as tiles load);
+    // the result has the float operand's dtype.
+    let out_dt = match (a.dtype(), b.dtype()) {
+        (x, y) if x == y && x.is_float() => x,
+        (x, q) | (q, x) if x.is_float() && q.is_quantized() => x,
+        _ => {
+            return Err(dtype_err(
+                "matmul",
+                &[a.dtype(), b.dtype()],
+                "matmul needs two f32 or two f16 operands, or one float and one quantised operand",
+                loc,
+            ))
+        }
+    };
     if a.rank() == 0 || b.rank() == 0 {
         return Err(shape_err("matmul", &[a.dims(), b.dims()], "matmul needs operands of rank 1 or more", loc));
     }
@@ -45,7 +56,7 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     out.extend([m, n]);
     super::check_numel("matmul", &out, loc)?;
     let mut y = Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc);
-    if a.dtype() == DType::F16 {
+    if out_dt == DType::F16 {
         y = y.cast_at(DType::F16, loc);
     }
     // Drop the axes added for 1-D operands.

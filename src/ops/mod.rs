@@ -15,9 +15,24 @@ use std::panic::Location;
 pub(crate) type Loc = &'static Location<'static>;
 
 /// The first error carried by any of `ts`, or a device mismatch between them.
+/// Ops that accept quantised (Q8_0/Q4_0) inputs: they dequantise as they load, or only
+/// change the view.
+const QUANT_OPS: [&str; 9] =
+    ["cast", "matmul", "reshape", "permute", "transpose", "index_select", "squeeze", "unsqueeze", "slice"];
+
 pub(crate) fn precheck(op: &'static str, ts: &[&Tensor], loc: Loc) -> Result<()> {
     for t in ts {
         t.check()?;
+    }
+    if !QUANT_OPS.contains(&op) {
+        if let Some(q) = ts.iter().find(|t| t.dtype().is_quantized()) {
+            return Err(dtype_err(
+                op,
+                &[q.dtype()],
+                format!("{op} does not take quantised tensors: cast to f32 or f16 first"),
+                loc,
+            ));
+        }
     }
     if let Some(first) = ts.first() {
         for t in &ts[1..] {

@@ -304,7 +304,9 @@ impl Tensor {
         if self.dims()[axis] == 0 && shape.numel() > 0 && index.numel() > 0 {
             return Err(Error::IndexOutOfRange { op, index: 0, axis, size: 0, location: loc });
         }
-        Ok(Tensor::make_at(node, vec![self.clone(), index.clone()], shape, self.dtype(), self.device(), loc))
+        // A lookup into a quantised table (an embedding) dequantises to f32.
+        let dt = if self.dtype().is_quantized() { DType::F32 } else { self.dtype() };
+        Ok(Tensor::make_at(node, vec![self.clone(), index.clone()], shape, dt, self.device(), loc))
     }
 
     /// `out[c] = x[c with c[axis] = index[c]]` (as `torch.gather`). `index` has this

@@ -1,0 +1,276 @@
+//! GGUF's quantised block formats, Q8_0 and Q4_0: 32 values per block with one f16
+//! scale. Host-side quantise and dequantise (bit-exact with ggml's reference code), and
+//! the GPU layout, which stores all scales first and all quants after them so kernels
+//! make aligned `u32` loads.
+//!
+//! | format | GGUF block (bytes) | value |
+//! | --- | --- | --- |
+//! | Q8_0 | f16 `d`, 32 × i8 `q` (34) | `d · q` |
+//! | Q4_0 | f16 `d`, 16 bytes of nibbles (18): value `j < 16` is the low nibble of byte `j`, value `j ≥ 16` the high nibble of byte `j − 16` | `d · (q − 8)` |
+
+use crate::{DType, Device, Error, Result, Shape, Tensor};
+use half::f16;
+use std::panic::Location;
+
+impl Tensor {
+    /// A Q8_0 or Q4_0 tensor from GGUF blocks (the last axis a multiple of 32).
+    #[track_caller]
+    pub fn from_quantized(dtype: DType, shape: impl Into<Shape>, blocks: &[u8], device: &Device) -> Tensor {
+        let loc = Location::caller();
+        let shape = shape.into();
+        match check_blocks(dtype, &shape, blocks.len(), loc) {
+            Ok(()) => device.upload_quantized(blocks, shape, dtype),
+            Err(e) => Tensor::failed(e, dtype, device),
+        }
+    }
+
+    /// The GGUF blocks of a quantised tensor: exact on a GPU; re-quantised from the
+    /// dequantised values on the CPU device.
+    pub async fn quantized_blocks(&self) -> Result<Vec<u8>> {
+        self.check()?;
+        if !self.dtype().is_quantized() {
+            return Err(Error::DType {
+                op: "quantized_blocks",
+                dtypes: vec![self.dtype()],
+                detail: "not a quantised tensor".into(),
+                location: Location::caller(),
+            });
+        }
+        self.realize().await?;
+        let bytes = self.device().read_bytes(self).await?;
+        Ok(gpu_to_blocks(self.dtype(), &bytes, self.numel()))
+    }
+
+    /// Blocking `quantized_blocks` (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn quantized_blocks_blocking(&self) -> Result<Vec<u8>> {
+        pollster::block_on(self.quantized_blocks())
+    }
+}
+
+fn check_blocks(dtype: DType, shape: &Shape, len: usize, loc: &'static Location<'static>) -> Result<()> {
+    let err = |detail: String| Error::InvalidArgument { op: "from_quantized", detail, location: loc };
+    if !dtype.is_quantized() {
+        return Err(err(format!("{dtype} is not a block format")));
+    }
+    let n = shape.checked_numel().ok_or_else(|| err("element count overflows".into()))?;
+    if shape.dims().last().is_some_and(|&d| d % BLOCK != 0) || n % BLOCK != 0 {
+        return Err(err(format!("the last axis of {shape} must be a multiple of {BLOCK}")));
+    }
+    if gguf_bytes(dtype, n) != len {
+        return Err(err(format!("{len} bytes given; {shape} in {dtype} needs {}", gguf_bytes(dtype, n))));
+    }
+    Ok(())
+}
+
+/// Quantise a float tensor to Q8_0 or Q4_0 (on the host; the result lives on the same
+/// device). The last axis must be a multiple of 32.
+pub async fn quantize_tensor(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let loc = Location::caller();
+    t.check()?;
+    if !t.dtype().is_float() {
+        return Err(Error::DType {
+            op: "quantize",
+            dtypes: vec![t.dtype(), dtype],
+            detail: "only f32 and f16 tensors can be quantised".into(),
+            location: loc,
+        });
+    }
+    let shape = t.shape().clone();
+    check_blocks(dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
+    let values: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+    let q = Tensor::from_quantized(dtype, shape, &quantize(dtype, &values), t.device());
+    q.check()?;
+    Ok(q)
+}
+
+/// Blocking [`quantize_tensor`] (native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn quantize_tensor_blocking(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    pollster::block_on(quantize_tensor(t, dtype))
+}
+
+/// Values per block.
+pub const BLOCK: usize = 32;
+
+/// Bytes of one GGUF block.
+pub fn block_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::Q8_0 => 34,
+        DType::Q4_0 => 18,
+        _ => 0,
+    }
+}
+
+/// Quant bytes of one block (without its scale).
+fn quant_bytes(dtype: DType) -> usize {
+    block_bytes(dtype) - 2
+}
+
+/// Bytes of GGUF blocks for `numel` values (a multiple of 32).
+pub fn gguf_bytes(dtype: DType, numel: usize) -> usize {
+    numel / BLOCK * block_bytes(dtype)
+}
+
+/// Bytes of the GPU layout: scales (padded to 4 bytes), then quants.
+pub fn gpu_bytes(dtype: DType, numel: usize) -> usize {
+    let nb = numel.div_ceil(BLOCK);
+    (2 * nb).div_ceil(4) * 4 + nb * quant_bytes(dtype)
+}
+
+/// Words of the scale region in the GPU layout (where the quants start, in `u32`s).
+pub fn gpu_quant_offset_words(numel: usize) -> usize {
+    (2 * numel.div_ceil(BLOCK)).div_ceil(4)
+}
+
+/// Quantise `values` (a multiple of 32) into GGUF blocks, as ggml's reference does.
+pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(gguf_bytes(dtype, values.len()));
+    for block in values.chunks(BLOCK) {
+        let mut x = [0f32; BLOCK];
+        x[..block.len()].copy_from_slice(block);
+        match dtype {
+            DType::Q8_0 => {
+                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+                out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
+            }
+            DType::Q4_0 => {
+                let (mut amax, mut max) = (0f32, 0f32);
+                for &v in &x {
+                    if v.abs() > amax {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+                let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+            }
+            _ => panic!("quantize: {dtype} is not a block format"),
+        }
+    }
+    out
+}
+
+/// Dequantise GGUF blocks.
+pub fn dequantize(dtype: DType, blocks: &[u8]) -> Vec<f32> {
+    let bb = block_bytes(dtype);
+    let mut out = Vec::with_capacity(blocks.len() / bb.max(1) * BLOCK);
+    for b in blocks.chunks_exact(bb) {
+        let d = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+        match dtype {
+            DType::Q8_0 => out.extend(b[2..].iter().map(|&q| d * (q as i8) as f32)),
+            DType::Q4_0 => {
+                out.extend(b[2..].iter().map(|&q| d * ((q & 15) as f32 - 8.0)));
+                out.extend(b[2..].iter().map(|&q| d * ((q >> 4) as f32 - 8.0)));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// GGUF blocks to the GPU layout (scales, then quants).
+pub fn blocks_to_gpu(dtype: DType, blocks: &[u8]) -> Vec<u8> {
+    let bb = block_bytes(dtype);
+    let nb = blocks.len() / bb;
+    let mut out = vec![0u8; gpu_bytes(dtype, nb * BLOCK)];
+    let q0 = gpu_quant_offset_words(nb * BLOCK) * 4;
+    let qb = quant_bytes(dtype);
+    for (i, b) in blocks.chunks_exact(bb).enumerate() {
+        out[2 * i..2 * i + 2].copy_from_slice(&b[..2]);
+        out[q0 + i * qb..q0 + (i + 1) * qb].copy_from_slice(&b[2..]);
+    }
+    out
+}
+
+/// The GPU layout of `numel` values back to GGUF blocks (exact).
+pub fn gpu_to_blocks(dtype: DType, gpu: &[u8], numel: usize) -> Vec<u8> {
+    let nb = numel.div_ceil(BLOCK);
+    let q0 = gpu_quant_offset_words(numel) * 4;
+    let qb = quant_bytes(dtype);
+    let mut out = Vec::with_capacity(nb * block_bytes(dtype));
+    for i in 0..nb {
+        out.extend_from_slice(&gpu[2 * i..2 * i + 2]);
+        out.extend_from_slice(&gpu[q0 + i * qb..q0 + (i + 1) * qb]);
+    }
+    out
+}
+
+/// WGSL body of a load function over the GPU layout: element `i` of binding `var`,
+/// with the quants starting at word `qoff` (a WGSL expression).
+pub(crate) fn wgsl_load(dtype: DType, var: &str, qoff: &str) -> String {
+    match dtype {
+        DType::Q8_0 => format!(
+            "let b = i >> 5u;\n    let d = unpack2x16float({var}[b >> 1u])[b & 1u];\n    \
+             let w = {var}[{qoff} + (i >> 2u)];\n    \
+             let q = bitcast<i32>(w << (24u - 8u * (i & 3u))) >> 24u;\n    return d * f32(q);"
+        ),
+        DType::Q4_0 => format!(
+            "let b = i >> 5u;\n    let j = i & 31u;\n    let d = unpack2x16float({var}[b >> 1u])[b & 1u];\n    \
+             let byte = b * 16u + (j & 15u);\n    \
+             let w = ({var}[{qoff} + (byte >> 2u)] >> (8u * (byte & 3u))) & 255u;\n    \
+             let q = select(w & 15u, w >> 4u, j >= 16u);\n    return d * (f32(q) - 8.0);"
+        ),
+        _ => unreachable!("wgsl_load takes a block format"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect()
+    }
+
+    #[test]
+    fn q8_0_matches_ggml_and_bounds_error() {
+        let x = values(64);
+        let b = quantize(DType::Q8_0, &x);
+        assert_eq!(b.len(), 68);
+        let y = dequantize(DType::Q8_0, &b);
+        for (blk, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (a, c) in xs.iter().zip(ys) {
+                assert!((a - c).abs() <= amax / 127.0 * 0.5 + 2e-3 * amax, "block {blk}: {a} vs {c}");
+            }
+        }
+        // The largest magnitude maps to ±127.
+        assert!(b[2..34].iter().any(|&q| q as i8 == 127 || q as i8 == -127));
+    }
+
+    #[test]
+    fn q4_0_matches_ggml_layout() {
+        let mut x = vec![0f32; 32];
+        x[0] = -8.0; // the extreme value sets d = -8 / -8 = 1
+        x[16] = 3.0;
+        x[5] = 7.0;
+        let b = quantize(DType::Q4_0, &x);
+        assert_eq!(b.len(), 18);
+        assert_eq!(f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(), 1.0);
+        // q = round(x / d) + 8, clamped: -8 -> 0, 3 -> 11, 7 -> 15; value 16 in the high nibble of byte 0.
+        assert_eq!(b[2], 0 | (11 << 4));
+        assert_eq!(b[2 + 5] & 15, 15);
+        let y = dequantize(DType::Q4_0, &b);
+        assert_eq!((y[0], y[16], y[5], y[1]), (-8.0, 3.0, 7.0, 0.0));
+    }
+
+    #[test]
+    fn gpu_layout_round_trips_exactly() {
+        for dt in DType::QUANTIZED {
+            for n in [32, 96, 160] {
+                let b = quantize(dt, &values(n));
+                let g = blocks_to_gpu(dt, &b);
+                assert_eq!(g.len(), gpu_bytes(dt, n));
+                assert_eq!(g.len() % 4, 0);
+                assert_eq!(gpu_to_blocks(dt, &g, n), b);
+            }
+        }
+    }
+}

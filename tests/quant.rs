@@ -1,0 +1,84 @@
+//! Q8_0 and Q4_0 weights on every device: exact block round trips, dequantising loads,
+//! and matmul with quantised operands against the reference.
+
+mod common;
+use common::{check_with, data, gpu_devices, rand_t, Tol};
+use tessera::quant::{dequantize, quantize, quantize_tensor_blocking};
+use tessera::{DType, Device, Error, Tensor};
+
+fn weights(dt: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    quantize(dt, &data(rows * cols, seed, -1.0, 1.0))
+}
+
+#[test]
+fn blocks_round_trip_exactly_on_every_device() {
+    for dt in DType::QUANTIZED {
+        let blocks = weights(dt, 5, 96, 1);
+        for d in gpu_devices().iter().cloned().chain([Device::cpu()]) {
+            let w = Tensor::from_quantized(dt, [5, 96], &blocks, &d);
+            assert_eq!(w.dtype(), dt);
+            assert_eq!(w.quantized_blocks_blocking().unwrap(), blocks, "{dt} on {d}");
+            let host: Vec<f64> = dequantize(dt, &blocks).into_iter().map(f64::from).collect();
+            assert_eq!(w.to_f64_vec_blocking().unwrap(), host, "{dt} values on {d}");
+        }
+    }
+}
+
+#[test]
+fn dequantising_ops_match_the_reference() {
+    for dt in DType::QUANTIZED {
+        let blocks = weights(dt, 7, 64, 2);
+        let kblocks = weights(dt, 64, 32, 3);
+        check_with(&format!("{dt} ops"), Some(Tol { atol: 2e-4, rtol: 1e-5 }), |d| {
+            let w = Tensor::from_quantized(dt, [7, 64], &blocks, d);
+            let k = Tensor::from_quantized(dt, [64, 32], &kblocks, d);
+            let x = rand_t(&[3, 64], 4, -1.0, 1.0, d);
+            let ids = Tensor::from_slice(&[6i32, 0, 3, 3], [4], d);
+            vec![
+                w.cast(DType::F32),
+                (w.cast(DType::F32) * 2.0).exp(),
+                w.index_select(0, &ids),
+                x.matmul(&w.t()), // a Linear layer: x @ W^T, W stored [out, in]
+                x.matmul(&k),     // quantised B, not transposed
+                w.matmul(&x.t()), // quantised A
+                x.cast(DType::F16).matmul(&w.t()).cast(DType::F32),
+            ]
+        });
+    }
+}
+
+#[test]
+fn quantising_a_tensor_bounds_the_error() {
+    for d in gpu_devices().iter().take(1).cloned().chain([Device::cpu()]) {
+        let x = rand_t(&[4, 64], 5, -2.0, 2.0, &d);
+        let xv = x.to_vec_blocking::<f32>().unwrap();
+        for (dt, bound) in [(DType::Q8_0, 2.0 / 127.0), (DType::Q4_0, 2.0 / 7.0)] {
+            let q = quantize_tensor_blocking(&x, dt).unwrap();
+            let back = q.cast(DType::F32).to_vec_blocking::<f32>().unwrap();
+            for (a, b) in xv.iter().zip(&back) {
+                assert!((a - b).abs() <= bound as f32, "{dt}: {a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn quantised_tensors_refuse_what_they_cannot_do() {
+    for d in gpu_devices().iter().take(1).cloned().chain([Device::cpu()]) {
+        let w = Tensor::from_quantized(DType::Q8_0, [2, 32], &weights(DType::Q8_0, 2, 32, 6), &d);
+        let line = line!() + 1;
+        let e = w.exp().to_f64_vec_blocking().unwrap_err();
+        assert!(matches!(&e, Error::DType { op: "unary", .. }), "{e}");
+        assert_eq!(e.location().unwrap().line(), line);
+        // A transposed view is fine inside a matmul, but cannot itself be materialised.
+        let e = w.t().to_f64_vec_blocking().unwrap_err();
+        assert!(e.to_string().contains("cast it to f32"), "{e}");
+        assert!(matches!(w.cast(DType::F32).cast(DType::Q4_0).check(), Err(Error::DType { op: "cast", .. })));
+        let bad = Tensor::from_quantized(DType::Q8_0, [2, 32], &[0u8; 10], &d);
+        assert!(matches!(bad.check(), Err(Error::InvalidArgument { op: "from_quantized", .. })));
+        let odd = Tensor::from_quantized(DType::Q4_0, [3, 20], &[0u8; 36], &d);
+        assert!(odd.check().is_err());
+        // The device is still fine.
+        assert_eq!(w.cast(DType::F32).sum(&[], false).to_vec_blocking::<f32>().unwrap().len(), 1);
+    }
+}
