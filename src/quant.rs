@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(b.len(), 18);
         assert_eq!(f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(), 1.0);
         // q = round(x / d) + 8, clamped: -8 -> 0, 3 -> 11, 7 -> 15; value 16 in the high nibble of byte 0.
-        assert_eq!(b[2], 0 | (11 << 4));
+        assert_eq!(b[2], 11 << 4); // low nibble 0 (value 0), high nibble 11 (value 16)
         assert_eq!(b[2 + 5] & 15, 15);
         let y = dequantize(DType::Q4_0, &b);
         assert_eq!((y[0], y[16], y[5], y[1]), (-8.0, 3.0, 7.0, 0.0));
