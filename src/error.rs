@@ -43,6 +43,12 @@ pub enum Error {
     /// A tensor or dispatch exceeds a device limit.
     #[error("{what} needs {needed}, over the device limit of {limit}")]
     Limit { what: String, needed: u64, limit: u64 },
+    /// A file that does not follow its format, naming the field or tensor.
+    #[error("{format}: {detail}")]
+    Format { format: &'static str, detail: String },
+    /// A file could not be read or written.
+    #[error("i/o error on {path}: {message}")]
+    Io { path: String, message: String },
     /// The operation is not available on this target (for example blocking on wasm).
     #[error("unsupported: {0}")]
     Unsupported(String),

@@ -24,6 +24,7 @@ mod display;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod io;
 pub mod kernels;
 pub mod ops;
 pub mod quant;

@@ -1,0 +1,47 @@
+//! Model files: safetensors (mmap'd, every dtype the format has) and GGUF (F32, F16,
+//! Q8_0, Q4_0), both read and written.
+
+pub mod gguf;
+pub mod safetensors;
+
+use crate::{DType, Device, Error, Result, Shape, Tensor};
+
+/// Read a whole file, or map it where the platform can (native), as bytes.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn map_file(path: &std::path::Path) -> Result<memmap2::Mmap> {
+    let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
+    let f = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and lives only while the bytes are converted into
+    // tensors; a file changed underneath would give wrong values, not unsafety, because
+    // every length and offset is checked against the map's size before use.
+    unsafe { memmap2::Mmap::map(&f) }.map_err(io)
+}
+
+/// Write `bytes` to `path` atomically: a temp file in the same directory, fsync, rename.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// A tensor from little-endian bytes already in `dtype`'s storage layout.
+pub(crate) fn tensor_from_le_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8], device: &Device) -> Tensor {
+    let n: usize = shape.iter().product();
+    if dtype.is_quantized() {
+        return Tensor::from_quantized(dtype, shape, bytes, device);
+    }
+    let values = crate::dtype::decode(dtype, bytes, n);
+    device.upload(values, Shape(shape), dtype)
+}
