@@ -26,6 +26,8 @@ pub mod error;
 pub mod graph;
 pub mod io;
 pub mod kernels;
+pub mod models;
+pub mod nn;
 pub mod ops;
 pub mod quant;
 pub mod reference;

@@ -1,0 +1,3 @@
+//! Published models built from Tessera's nn modules.
+
+pub mod bert;

@@ -1,0 +1,91 @@
+//! all-MiniLM-L6-v2 against an independent float64 implementation
+//! (`tests/fixtures/minilm_reference.json`): token ids exactly, embeddings to 1e-4 max
+//! abs and cosine ≥ 0.9999 in f32. Needs the model (`scripts/fetch_minilm.sh`); without
+//! it the test is skipped unless `TESSERA_REQUIRE_MODEL=1`.
+
+mod common;
+use std::path::PathBuf;
+use tessera::models::bert::{estimate_memory, SentenceEmbedder};
+use tessera::{DType, Device};
+
+pub fn model_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("TESSERA_MINILM_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::var_os("TESSERA_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera"));
+        base.join("minilm")
+    });
+    if dir.join("model.safetensors").exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("TESSERA_REQUIRE_MODEL").map_or(true, |v| v != "1"),
+        "TESSERA_REQUIRE_MODEL=1 but {} has no model (run scripts/fetch_minilm.sh)",
+        dir.display()
+    );
+    eprintln!("skipping: no MiniLM in {} (run scripts/fetch_minilm.sh)", dir.display());
+    None
+}
+
+fn fixture() -> serde_json::Value {
+    serde_json::from_str(include_str!("fixtures/minilm_reference.json")).unwrap()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn minilm_matches_the_float64_reference() {
+    let Some(dir) = model_dir() else { return };
+    let fx = fixture();
+    let sentences = fx["sentences"].as_array().unwrap();
+    let texts: Vec<&str> = sentences.iter().map(|s| s["text"].as_str().unwrap()).collect();
+    let mut devices: Vec<Device> = common::gpu_devices().iter().take(1).cloned().collect();
+    devices.push(Device::cpu());
+    for d in devices {
+        let emb = SentenceEmbedder::load(&dir, &d).unwrap();
+        let ids = emb.tokenize(&texts).unwrap();
+        for (s, got) in sentences.iter().zip(&ids) {
+            let want: Vec<u32> = s["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            assert_eq!(got, &want, "token ids of {:?}", s["text"]);
+        }
+        let out = emb.embed_blocking(&texts).unwrap();
+        for (s, e) in sentences.iter().zip(&out) {
+            let want: Vec<f64> = s["embedding"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let got: Vec<f64> = e.iter().map(|&x| x as f64).collect();
+            assert_eq!(got.len(), 384);
+            assert!(got.iter().all(|x| !x.is_nan()));
+            let max_abs = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let cos = cosine(&got, &want);
+            eprintln!("{d}: {:?}: max abs {max_abs:.2e}, cosine {cos:.8}", s["text"]);
+            assert!(max_abs <= 1e-4, "{d}: max abs diff {max_abs} for {:?}", s["text"]);
+            assert!(cos >= 0.9999, "{d}: cosine {cos} for {:?}", s["text"]);
+        }
+        // The similarity matrix, too.
+        let m = fx["cosine_matrix"].as_array().unwrap();
+        for i in 0..out.len() {
+            for j in 0..out.len() {
+                let a: Vec<f64> = out[i].iter().map(|&x| x as f64).collect();
+                let b: Vec<f64> = out[j].iter().map(|&x| x as f64).collect();
+                let want = m[i][j].as_f64().unwrap();
+                assert!((cosine(&a, &b) - want).abs() < 1e-4, "{d}: similarity [{i}][{j}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn memory_estimate_is_reported_before_loading() {
+    let cfg = tessera::models::bert::BertConfig::from_json(include_str!("fixtures/minilm_config.json")).unwrap();
+    assert_eq!(cfg.parameter_count(), 22_565_376); // 22.7M with the unused pooler
+    let f32_est = estimate_memory(&cfg, 8, 128, DType::F32);
+    let q4_est = estimate_memory(&cfg, 8, 128, DType::Q4_0);
+    assert!(f32_est.weights > 85_000_000 && f32_est.weights < 95_000_000, "{f32_est:?}");
+    // Linear weights (10.6M values) shrink from 4 bytes to 18/32 of a byte each.
+    assert!(f32_est.weights - q4_est.weights > 36_000_000, "{q4_est:?}");
+    assert!(estimate_memory(&cfg, 32, 128, DType::F32).activations > f32_est.activations);
+}
