@@ -84,6 +84,18 @@ pub async fn quantize_tensor(t: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(q)
 }
 
+/// [`quantize_tensor`] with per-column importance (see [`quantize_weighted`]).
+pub async fn quantize_tensor_weighted(t: &Tensor, dtype: DType, importance: &[f32]) -> Result<Tensor> {
+    let loc = Location::caller();
+    t.check()?;
+    let shape = t.shape().clone();
+    check_blocks(dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
+    let values: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+    let q = Tensor::from_quantized(dtype, shape, &quantize_weighted(dtype, &values, importance), t.device());
+    q.check()?;
+    Ok(q)
+}
+
 /// Blocking [`quantize_tensor`] (native only).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn quantize_tensor_blocking(t: &Tensor, dtype: DType) -> Result<Tensor> {
@@ -123,10 +135,22 @@ pub fn gpu_quant_offset_words(numel: usize) -> usize {
     (2 * numel.div_ceil(BLOCK)).div_ceil(4)
 }
 
-/// Quantise `values` (a multiple of 32) into GGUF blocks, as ggml's reference does.
+/// Quantise `values` (a multiple of 32) into GGUF blocks: Q8_0 exactly as ggml's
+/// reference does, Q4_0 with a searched scale (see `q4_0_block`).
 pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
+    quantize_weighted(dtype, values, &[])
+}
+
+/// Quantise with per-column importance (`importance[j]` for column `j` of rows of
+/// `importance.len()` values; empty means uniform). Only Q4_0's scale search uses it.
+pub fn quantize_weighted(dtype: DType, values: &[f32], importance: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(gguf_bytes(dtype, values.len()));
-    for block in values.chunks(BLOCK) {
+    for (bi, block) in values.chunks(BLOCK).enumerate() {
+        let mut w = [1f32; BLOCK];
+        if !importance.is_empty() && importance.len() % BLOCK == 0 {
+            let start = (bi * BLOCK) % importance.len();
+            w.copy_from_slice(&importance[start..start + BLOCK]);
+        }
         let mut x = [0f32; BLOCK];
         x[..block.len()].copy_from_slice(block);
         match dtype {
@@ -138,23 +162,73 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
                 out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
             }
             DType::Q4_0 => {
-                let (mut amax, mut max) = (0f32, 0f32);
-                for &v in &x {
-                    if v.abs() > amax {
-                        amax = v.abs();
-                        max = v;
-                    }
-                }
-                let d = max / -8.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
-                let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
-                out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+                let (d, q) = q4_0_block(&x, &w);
+                out.extend_from_slice(&d.to_bits().to_le_bytes());
+                out.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
             }
             _ => panic!("quantize: {dtype} is not a block format"),
         }
     }
     out
+}
+
+/// One Q4_0 block: the scale and 32 codes in 0..16 (value = d · (code − 8)).
+///
+/// ggml's reference takes `d = max / −8` from the value of largest magnitude. Here that
+/// is the first of 41 candidate scales around it (as llama.cpp's `make_qx_quants`
+/// searches); for each, the codes are rounded, the scale refitted by least squares and
+/// rounded to f16, and the pair with the smallest squared error is kept, each column
+/// weighted by its importance where calibration gave one (llama.cpp's imatrix). The format is
+/// unchanged; only the choice of `d` and codes improves.
+fn q4_0_block(x: &[f32; BLOCK], w: &[f32; BLOCK]) -> (f16, [u8; BLOCK]) {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let codes = |d: f32| -> [u8; BLOCK] {
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut q = [8u8; BLOCK];
+        for (o, &v) in q.iter_mut().zip(x) {
+            *o = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+        }
+        q
+    };
+    // Squared error weighted by each column's importance (all ones without calibration).
+    let sse = |d: f16, q: &[u8; BLOCK]| -> f32 {
+        let d = d.to_f32();
+        x.iter().zip(q).zip(w).map(|((&v, &c), &wi)| wi * (v - d * (c as f32 - 8.0)).powi(2)).sum()
+    };
+    let mut best_d = f16::from_f32(max / -8.0);
+    let mut best_q = codes(best_d.to_f32());
+    let mut best = sse(best_d, &best_q);
+    if amax == 0.0 {
+        return (best_d, best_q);
+    }
+    for step in -20..=20 {
+        let d0 = max / -(8.0 + 0.05 * step as f32);
+        let q = codes(d0);
+        // Least-squares scale for these codes.
+        let (mut sxl, mut sll) = (0f32, 0f32);
+        for ((&v, &c), &wi) in x.iter().zip(&q).zip(w) {
+            let l = c as f32 - 8.0;
+            sxl += wi * v * l;
+            sll += wi * l * l;
+        }
+        if sll == 0.0 {
+            continue;
+        }
+        for d in [f16::from_f32(d0), f16::from_f32(sxl / sll)] {
+            let q2 = codes(d.to_f32());
+            let e = sse(d, &q2);
+            if e < best {
+                (best, best_d, best_q) = (e, d, q2);
+            }
+        }
+    }
+    (best_d, best_q)
 }
 
 /// Dequantise GGUF blocks.
@@ -273,4 +347,49 @@ mod tests {
             }
         }
     }
+}
+
+/// The dtypes a model's Linear weights can be stored in.
+pub const MODEL_DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0];
+
+/// Parse `f32`, `f16`, `q8_0`, `q4_0`.
+pub fn parse_dtype(s: &str) -> Option<DType> {
+    MODEL_DTYPES.into_iter().find(|d| d.name() == s.to_ascii_lowercase())
+}
+
+/// Store every Linear weight in `dtype` (f32, f16, Q8_0 or Q4_0). Biases, norms and
+/// embeddings stay f32. Quantising reads each weight to the host once.
+pub async fn quantize_linears(layers: Vec<&mut crate::nn::Linear>, dtype: DType) -> Result<()> {
+    quantize_linears_calibrated(layers, dtype, &[]).await
+}
+
+/// [`quantize_linears`] with each layer's input-column importance (the mean square of
+/// its inputs over calibration data, in the same order as `layers`; empty: uniform).
+pub async fn quantize_linears_calibrated(
+    layers: Vec<&mut crate::nn::Linear>,
+    dtype: DType,
+    importance: &[Vec<f32>],
+) -> Result<()> {
+    for (i, l) in layers.into_iter().enumerate() {
+        let imp = importance.get(i).map(Vec::as_slice).unwrap_or(&[]);
+        let w = &l.weight;
+        l.weight = match dtype {
+            d if d == w.dtype() => continue,
+            DType::F32 | DType::F16 if !w.dtype().is_quantized() => {
+                let c = w.cast(dtype);
+                c.realize().await?;
+                c
+            }
+            q if q.is_quantized() && w.dtype().is_float() => quantize_tensor_weighted(w, q, imp).await?,
+            _ => {
+                return Err(Error::DType {
+                    op: "quantize_linears",
+                    dtypes: vec![w.dtype(), dtype],
+                    detail: format!("cannot convert {} from {} to {dtype}", l.name, w.dtype()),
+                    location: Location::caller(),
+                })
+            }
+        };
+    }
+    Ok(())
 }

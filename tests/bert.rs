@@ -5,7 +5,8 @@
 
 mod common;
 use std::path::PathBuf;
-use tessera::models::bert::{estimate_memory, SentenceEmbedder};
+use tessera::models::bert::{self, check_memory_within, estimate_memory, SentenceEmbedder};
+use tessera::quant;
 use tessera::{DType, Device};
 
 pub fn model_dir() -> Option<PathBuf> {
@@ -50,7 +51,8 @@ fn minilm_matches_the_float64_reference() {
         let emb = SentenceEmbedder::load(&dir, &d).unwrap();
         let ids = emb.tokenize(&texts).unwrap();
         for (s, got) in sentences.iter().zip(&ids) {
-            let want: Vec<u32> = s["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let want: Vec<u32> =
+                s["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             assert_eq!(got, &want, "token ids of {:?}", s["text"]);
         }
         let out = emb.embed_blocking(&texts).unwrap();
@@ -88,4 +90,45 @@ fn memory_estimate_is_reported_before_loading() {
     // Linear weights (10.6M values) shrink from 4 bytes to 18/32 of a byte each.
     assert!(f32_est.weights - q4_est.weights > 36_000_000, "{q4_est:?}");
     assert!(estimate_memory(&cfg, 32, 128, DType::F32).activations > f32_est.activations);
+}
+
+#[test]
+fn memory_over_the_limits_is_refused_before_loading() {
+    let cfg = tessera::models::bert::BertConfig::from_json(include_str!("fixtures/minilm_config.json")).unwrap();
+    let d = Device::cpu();
+    let gpu = common::gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    assert!(check_memory_within(&cfg, 8, 128, DType::F32, &gpu, None).is_ok());
+    // Attention scores of 512 × 12 × 512 × 512 floats exceed a 128 MiB binding.
+    if !gpu.is_cpu() {
+        let e = check_memory_within(&cfg, 512, 512, DType::F32, &gpu, None).unwrap_err();
+        assert!(matches!(e, tessera::Error::Limit { .. }), "{e}");
+    }
+    let e = check_memory_within(&cfg, 8, 128, DType::F32, &d, Some(50_000_000)).unwrap_err();
+    assert!(e.to_string().contains("weights") && e.to_string().contains("50000000"), "{e}");
+}
+
+#[test]
+fn quantised_models_save_and_reload_exactly() {
+    let Some(dir) = model_dir() else { return };
+    let d = common::gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let texts = ["The cat sits outside.", "A man is playing a guitar."];
+    let reference = SentenceEmbedder::load(&dir, &d).unwrap().embed_blocking(&texts).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (dt, min_cos) in [(DType::F16, 0.9999), (DType::Q8_0, 0.999)] {
+        let mut model = bert::load_dir(&dir, &d).unwrap();
+        pollster::block_on(quant::quantize_linears(model.linears_mut(), dt)).unwrap();
+        let direct = SentenceEmbedder::from_model(model, &dir.join("tokenizer.json")).unwrap();
+        let before = direct.embed_blocking(&texts).unwrap();
+        for ext in ["gguf", "safetensors"] {
+            let path = tmp.path().join(format!("m.{ext}"));
+            bert::save(&direct.model, &path).unwrap();
+            let again = SentenceEmbedder::from_model(bert::load_saved(&path, &d).unwrap(), &dir.join("tokenizer.json"))
+                .unwrap();
+            assert_eq!(again.embed_blocking(&texts).unwrap(), before, "{dt} via {ext}: reload changed the model");
+        }
+        for (a, b) in before.iter().zip(&reference) {
+            let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            assert!(cos as f64 >= min_cos, "{dt}: cosine to f32 {cos}");
+        }
+    }
 }

@@ -8,6 +8,9 @@
 //! | I64, I16, I8, U16, U8 | I32 (I64 values must fit) |
 //! | U64 | U32 (values must fit) |
 //! | F8 and other exotic types | an error naming the tensor |
+//!
+//! Q8_0/Q4_0 tensors are saved as their GGUF blocks in a U8 tensor, with a metadata
+//! entry `tessera.quantized.<name> = "q8_0:<shape>"` that `load` reads back.
 
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 use ::safetensors::{Dtype, SafeTensors};
@@ -26,6 +29,27 @@ impl TensorFile {
             .remove(name)
             .ok_or_else(|| Error::Format { format: "safetensors", detail: format!("tensor {name:?} is missing") })
     }
+}
+
+/// Metadata key prefix marking a U8 tensor as quantised blocks: value `q8_0:2,64`.
+const QUANT_KEY: &str = "tessera.quantized.";
+
+fn shape_text(dims: &[usize]) -> String {
+    dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn quantized_entry(name: &str, spec: &str, data: &[u8], device: &Device) -> Result<Tensor> {
+    let bad = || fmt_err(format!("tensor {name:?}: bad quantisation record {spec:?}"));
+    let (dt, shape) = spec.split_once(':').ok_or_else(bad)?;
+    let dtype = DType::QUANTIZED.into_iter().find(|d| d.name() == dt).ok_or_else(bad)?;
+    let shape: Vec<usize> = if shape.is_empty() {
+        Vec::new()
+    } else {
+        shape.split(',').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_>>()?
+    };
+    let t = Tensor::from_quantized(dtype, shape, data, device);
+    t.check()?;
+    Ok(t)
 }
 
 fn fmt_err(detail: String) -> Error {
@@ -82,10 +106,16 @@ fn convert(name: &str, dtype: Dtype, shape: &[usize], data: &[u8], device: &Devi
 pub fn load_bytes(bytes: &[u8], device: &Device) -> Result<TensorFile> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| fmt_err(e.to_string()))?;
     let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| fmt_err(e.to_string()))?;
-    let metadata = meta.metadata().clone().unwrap_or_default().into_iter().collect();
+    let mut metadata: BTreeMap<String, String> = meta.metadata().clone().unwrap_or_default().into_iter().collect();
+    let quantized: BTreeMap<String, String> =
+        metadata.iter().filter_map(|(k, v)| k.strip_prefix(QUANT_KEY).map(|n| (n.to_string(), v.clone()))).collect();
+    metadata.retain(|k, _| !k.starts_with(QUANT_KEY));
     let mut tensors = BTreeMap::new();
     for (name, view) in st.tensors() {
-        let t = convert(&name, view.dtype(), view.shape(), view.data(), device)?;
+        let t = match quantized.get(&name) {
+            Some(spec) if view.dtype() == Dtype::U8 => quantized_entry(&name, spec, view.data(), device)?,
+            _ => convert(&name, view.dtype(), view.shape(), view.data(), device)?,
+        };
         t.check()?;
         tensors.insert(name, t);
     }
@@ -133,6 +163,7 @@ pub async fn to_bytes(tensors: &[(String, Tensor)], metadata: &BTreeMap<String, 
         None => Vec::new(),
     };
     let mut raws = Vec::with_capacity(tensors.len());
+    let mut meta_extra = BTreeMap::new();
     for ((name, t), v) in tensors.iter().zip(values) {
         let (dtype, data) = match t.dtype() {
             DType::F32 => (Dtype::F32, crate::dtype::encode(DType::F32, &v)),
@@ -143,14 +174,19 @@ pub async fn to_bytes(tensors: &[(String, Tensor)], metadata: &BTreeMap<String, 
             DType::U32 => (Dtype::U32, crate::dtype::encode(DType::U32, &v)),
             DType::Bool => (Dtype::BOOL, v.iter().map(|&x| u8::from(x != 0.0)).collect()),
             q => {
-                return Err(fmt_err(format!(
-                    "tensor {name:?} is {q}: safetensors has no block formats (save it as GGUF, or cast it)"
-                )))
+                // safetensors has no block formats: the GGUF blocks go in as U8, and the
+                // metadata records the dtype and shape so `load` restores the tensor.
+                let blocks = t.quantized_blocks().await?;
+                meta_extra.insert(format!("{QUANT_KEY}{name}"), format!("{}:{}", q.name(), shape_text(t.dims())));
+                raws.push((name.clone(), Raw { dtype: Dtype::U8, shape: vec![blocks.len()], data: blocks }));
+                continue;
             }
         };
         raws.push((name.clone(), Raw { dtype, shape: t.dims().to_vec(), data }));
     }
-    let meta = if metadata.is_empty() { None } else { Some(metadata.clone().into_iter().collect()) };
+    let mut all = metadata.clone();
+    all.extend(meta_extra);
+    let meta = if all.is_empty() { None } else { Some(all.into_iter().collect()) };
     ::safetensors::serialize(raws.iter().map(|(n, r)| (n.as_str(), r)), meta).map_err(|e| fmt_err(e.to_string()))
 }
 

@@ -9,6 +9,8 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// The fields of a Hugging Face `config.json` that BERT needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
+    /// The original `config.json` text (saved with quantised models).
+    pub json: String,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
@@ -25,16 +27,17 @@ impl BertConfig {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Error::Format { format: "config.json", detail: e.to_string() })?;
         let int = |k: &str| {
-            v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize).ok_or_else(|| Error::Format {
-                format: "config.json",
-                detail: format!("missing or non-integer {k:?}"),
-            })
+            v.get(k)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .ok_or_else(|| Error::Format { format: "config.json", detail: format!("missing or non-integer {k:?}") })
         };
         let act = v.get("hidden_act").and_then(|x| x.as_str()).unwrap_or("gelu");
         if act != "gelu" {
             return Err(Error::Format { format: "config.json", detail: format!("hidden_act {act:?} (only gelu)") });
         }
         let c = BertConfig {
+            json: text.to_string(),
             vocab_size: int("vocab_size")?,
             hidden_size: int("hidden_size")?,
             num_hidden_layers: int("num_hidden_layers")?,
@@ -75,6 +78,50 @@ impl MemoryEstimate {
     pub fn total(&self) -> u64 {
         self.weights + self.activations
     }
+}
+
+/// Check a forward pass at `batch` × `seq` fits `device` before anything is loaded:
+/// every buffer within the binding limit and the total within `max_buffer_size` (or
+/// `TESSERA_MEMORY_LIMIT` bytes, where set). Returns the estimate, or `Error::Limit`.
+pub fn check_memory(c: &BertConfig, batch: usize, seq: usize, dtype: DType, device: &Device) -> Result<MemoryEstimate> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let budget = std::env::var("TESSERA_MEMORY_LIMIT").ok().and_then(|v| v.parse::<u64>().ok());
+    #[cfg(target_arch = "wasm32")]
+    let budget: Option<u64> = None;
+    check_memory_within(c, batch, seq, dtype, device, budget)
+}
+
+/// [`check_memory`] against an explicit byte budget for weights plus activations.
+pub fn check_memory_within(
+    c: &BertConfig,
+    batch: usize,
+    seq: usize,
+    dtype: DType,
+    device: &Device,
+    budget: Option<u64>,
+) -> Result<MemoryEstimate> {
+    let est = estimate_memory(c, batch, seq, dtype);
+    let caps = device.capabilities();
+    if est.largest_buffer > caps.max_storage_buffer_binding_size {
+        return Err(Error::Limit {
+            what: format!("BERT at batch {batch} × seq {seq}: its largest buffer"),
+            needed: est.largest_buffer,
+            limit: caps.max_storage_buffer_binding_size,
+        });
+    }
+    if let Some(limit) = budget {
+        if est.total() > limit {
+            return Err(Error::Limit {
+                what: format!(
+                    "BERT in {dtype} at batch {batch} × seq {seq} (weights {} B + activations {} B)",
+                    est.weights, est.activations
+                ),
+                needed: est.total(),
+                limit,
+            });
+        }
+    }
+    Ok(est)
 }
 
 /// Estimate the memory of a forward pass at `batch` × `seq` with weights in `dtype`.
@@ -164,6 +211,24 @@ impl BertModel {
     /// Hidden states `[batch, seq, hidden]` for token `ids` `[batch, seq]` (i32) and an
     /// attention `mask` `[batch, seq]` (f32, 1 for tokens, 0 for padding).
     pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
+        self.forward_inner(ids, mask, None)
+    }
+
+    /// Importance of each Linear layer's input columns (in [`linears_mut`] order): the
+    /// mean of the squared inputs over the unmasked tokens. Used to calibrate Q4_0.
+    ///
+    /// [`linears_mut`]: BertModel::linears_mut
+    pub async fn input_importance(&self, ids: &Tensor, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
+        let mut inputs = Vec::new();
+        let _ = self.forward_inner(ids, mask, Some(&mut inputs));
+        let m = mask.unsqueeze(-1);
+        let count = mask.sum(&[], false).maximum_scalar(1.0);
+        let stats: Vec<Tensor> = inputs.iter().map(|x| (x.square() * &m).sum(&[0, 1], false) / &count).collect();
+        let vals = crate::tensor::read_all(&stats).await?;
+        Ok(vals.into_iter().map(|v| v.into_iter().map(|x| x as f32 + 1e-8).collect()).collect())
+    }
+
+    fn forward_inner(&self, ids: &Tensor, mask: &Tensor, mut collect: Option<&mut Vec<Tensor>>) -> Tensor {
         let (b, s) = (ids.dims()[0], ids.dims().get(1).copied().unwrap_or(0));
         let c = &self.config;
         let (h, nh) = (c.hidden_size, c.num_attention_heads);
@@ -183,8 +248,14 @@ impl BertModel {
             let v = heads(l.value.forward(&x), &[0, 2, 1, 3]);
             let p = (q.matmul(&k) * scale + &bias).softmax(-1);
             let ctx = p.matmul(&v).permute(&[0, 2, 1, 3]).reshape([b, s, h]);
+            let attn_in = x.clone();
             x = l.attn_ln.forward(&(l.attn_out.forward(&ctx) + &x));
-            let ff = l.out.forward(&l.inter.forward(&x).gelu());
+            let act = l.inter.forward(&x).gelu();
+            let ff = l.out.forward(&act);
+            if let Some(c) = collect.as_deref_mut() {
+                // The same order as linears_mut: query, key, value, attn_out, inter, out.
+                c.extend([attn_in.clone(), attn_in.clone(), attn_in, ctx.clone(), x.clone(), act.clone()]);
+            }
             x = l.out_ln.forward(&(ff + &x));
         }
         x
@@ -220,14 +291,64 @@ pub fn mean_pool_normalize(hidden: &Tensor, mask: &Tensor) -> Tensor {
     mean / norm
 }
 
+/// Metadata key holding `config.json` in files Tessera saves.
+pub const CONFIG_KEY: &str = "tessera.bert.config";
+
+/// Read a directory's `config.json`.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_config(dir: &std::path::Path) -> Result<BertConfig> {
+    let p = dir.join("config.json");
+    let text =
+        std::fs::read_to_string(&p).map_err(|e| Error::Io { path: p.display().to_string(), message: e.to_string() })?;
+    BertConfig::from_json(&text)
+}
+
 /// Load all-MiniLM-L6-v2 (or any BERT checkpoint) from a directory holding
 /// `model.safetensors` and `config.json`.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn load_dir(dir: &std::path::Path, device: &Device) -> Result<BertModel> {
-    let io = |e: std::io::Error, p: &std::path::Path| Error::Io { path: p.display().to_string(), message: e.to_string() };
-    let cfg_path = dir.join("config.json");
-    let config = BertConfig::from_json(&std::fs::read_to_string(&cfg_path).map_err(|e| io(e, &cfg_path))?)?;
+    let config = read_config(dir)?;
     let mut file = safetensors::load(dir.join("model.safetensors"), device)?;
+    BertModel::from_file(config, &mut file)
+}
+
+/// Save a model (any weight dtypes) as GGUF or safetensors, by the path's extension,
+/// with its config in the metadata.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn save(model: &BertModel, path: &std::path::Path) -> Result<()> {
+    let params = model.named_parameters();
+    if path.extension().is_some_and(|e| e == "gguf") {
+        let tensors = pollster::block_on(crate::io::gguf::tensors_to_data(&params))?;
+        let file = crate::io::gguf::GgufFile {
+            version: 3,
+            metadata: vec![
+                ("general.architecture".into(), crate::io::gguf::Value::String("bert".into())),
+                (CONFIG_KEY.into(), crate::io::gguf::Value::String(model.config.json.clone())),
+            ],
+            tensors,
+        };
+        crate::io::gguf::write(path, &file)
+    } else {
+        let meta = std::collections::BTreeMap::from([(CONFIG_KEY.to_string(), model.config.json.clone())]);
+        safetensors::save(path, &params, &meta)
+    }
+}
+
+/// Load a model saved by [`save`] (GGUF or safetensors).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load_saved(path: &std::path::Path, device: &Device) -> Result<BertModel> {
+    let missing = || Error::Format { format: "model file", detail: format!("{} has no {CONFIG_KEY}", path.display()) };
+    let (config, mut file) = if path.extension().is_some_and(|e| e == "gguf") {
+        let g = crate::io::gguf::read(path)?;
+        let cfg = match g.get(CONFIG_KEY) {
+            Some(crate::io::gguf::Value::String(s)) => BertConfig::from_json(s)?,
+            _ => return Err(missing()),
+        };
+        (cfg, TensorFile { tensors: g.to_tensors(device)?, metadata: Default::default() })
+    } else {
+        let f = safetensors::load(path, device)?;
+        (BertConfig::from_json(f.metadata.get(CONFIG_KEY).ok_or_else(missing)?)?, f)
+    };
     BertModel::from_file(config, &mut file)
 }
 
@@ -245,8 +366,11 @@ impl SentenceEmbedder {
     /// Load from a model directory (`model.safetensors`, `config.json`, `tokenizer.json`).
     pub fn load(dir: impl AsRef<std::path::Path>, device: &Device) -> Result<SentenceEmbedder> {
         let dir = dir.as_ref();
-        let model = load_dir(dir, device)?;
-        let tok_path = dir.join("tokenizer.json");
+        Self::from_model(load_dir(dir, device)?, &dir.join("tokenizer.json"))
+    }
+
+    /// An embedder over an already built model and a `tokenizer.json`.
+    pub fn from_model(model: BertModel, tok_path: &std::path::Path) -> Result<SentenceEmbedder> {
         let mut tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
             .map_err(|e| Error::Format { format: "tokenizer.json", detail: format!("{}: {e}", tok_path.display()) })?;
         // Batches are padded here, with a mask; truncation is ours too.
@@ -278,6 +402,12 @@ impl SentenceEmbedder {
 
     /// Embeddings `[n, hidden]` of pre-tokenised sequences, padded into one batch.
     pub fn embed_ids(&self, ids: &[Vec<u32>]) -> Tensor {
+        let (ids_t, mask_t) = self.batch(ids);
+        mean_pool_normalize(&self.model.forward(&ids_t, &mask_t), &mask_t)
+    }
+
+    /// Pad sequences into `(ids [b, s] i32, mask [b, s] f32)`.
+    fn batch(&self, ids: &[Vec<u32>]) -> (Tensor, Tensor) {
         let d = self.model.word_device();
         let b = ids.len();
         let s = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
@@ -289,9 +419,13 @@ impl SentenceEmbedder {
                 mask[i * s + j] = 1.0;
             }
         }
-        let ids_t = Tensor::from_slice(&flat, [b, s], d);
-        let mask_t = Tensor::from_slice(&mask, [b, s], d);
-        mean_pool_normalize(&self.model.forward(&ids_t, &mask_t), &mask_t)
+        (Tensor::from_slice(&flat, [b, s], d), Tensor::from_slice(&mask, [b, s], d))
+    }
+
+    /// Input importance of every Linear layer over `texts` (for calibrated Q4_0).
+    pub async fn importance(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let (ids, mask) = self.batch(&self.tokenize(texts)?);
+        self.model.input_importance(&ids, &mask).await
     }
 
     /// Embeddings of `texts`, one `Vec` of `hidden` floats each.
