@@ -20,9 +20,40 @@ struct Args {
     /// JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// Batch sizes for bert-embed.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    batches: Vec<usize>,
     /// Minimum timed seconds per case.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+}
+
+struct Rows {
+    json: bool,
+    printed: usize,
+}
+
+impl Rows {
+    /// Record a row and print it at once (long cases should not hide earlier results).
+    fn push(&mut self, r: Row) {
+        if self.json {
+            let rate_key = match r.unit {
+                "GFLOP/s" => "gflops",
+                "GB/s" => "gbps",
+                _ => "sentences_per_s",
+            };
+            println!(
+                "{}",
+                serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate })
+            );
+        } else {
+            println!(
+                "{:<12} {:<6} {:<22} {:>10.2} ms  {:>10.2} {:<12} (cold {:.0} ms)",
+                r.case, r.dtype, r.shape, r.median_ms, r.rate, r.unit, r.cold_ms
+            );
+        }
+        self.printed += 1;
+    }
 }
 
 struct Row {
@@ -60,7 +91,7 @@ fn main() -> tessera::Result<()> {
     let args = Args::parse();
     let want = |name: &str| args.filters.is_empty() || args.filters.iter().any(|f| name.contains(f.as_str()));
     let d = Device::new()?;
-    let mut rows = Vec::new();
+    let mut rows = Rows { json: args.json, printed: 0 };
     if !args.json {
         println!("Tessera bench on {d}\n");
     }
@@ -70,7 +101,15 @@ fn main() -> tessera::Result<()> {
         sync(&d, &x);
         let (ms, cold) = time(args.seconds, || sync(&d, &((&x * 2.0 + 1.0).gelu() * &x)));
         let gb = (n * 8) as f64 / 1e9;
-        rows.push(Row { case: "elementwise", dtype: "f32".into(), shape: format!("{n}"), median_ms: ms, cold_ms: cold, rate: gb / (ms / 1e3), unit: "GB/s" });
+        rows.push(Row {
+            case: "elementwise",
+            dtype: "f32".into(),
+            shape: format!("{n}"),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: gb / (ms / 1e3),
+            unit: "GB/s",
+        });
     }
     for (case, op) in [("reduce", 0), ("softmax", 1)] {
         if !want(case) {
@@ -80,7 +119,15 @@ fn main() -> tessera::Result<()> {
         sync(&d, &x);
         let (ms, cold) = time(args.seconds, || sync(&d, &if op == 0 { x.sum(&[1], false) } else { x.softmax(-1) }));
         let gb = (1024 * 1024 * 4) as f64 / 1e9;
-        rows.push(Row { case, dtype: "f32".into(), shape: "1024x1024".into(), median_ms: ms, cold_ms: cold, rate: gb / (ms / 1e3), unit: "GB/s" });
+        rows.push(Row {
+            case,
+            dtype: "f32".into(),
+            shape: "1024x1024".into(),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: gb / (ms / 1e3),
+            unit: "GB/s",
+        });
     }
     if want("matmul") {
         for n in [256usize, 512, 1024] {
@@ -90,7 +137,15 @@ fn main() -> tessera::Result<()> {
             sync(&d, &b);
             let (ms, cold) = time(args.seconds, || sync(&d, &a.matmul(&b)));
             let gflop = 2.0 * (n * n * n) as f64 / 1e9;
-            rows.push(Row { case: "matmul", dtype: "f32".into(), shape: format!("{n}x{n}x{n}"), median_ms: ms, cold_ms: cold, rate: gflop / (ms / 1e3), unit: "GFLOP/s" });
+            rows.push(Row {
+                case: "matmul",
+                dtype: "f32".into(),
+                shape: format!("{n}x{n}x{n}"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: gflop / (ms / 1e3),
+                unit: "GFLOP/s",
+            });
         }
     }
     if want("bert-embed") {
@@ -99,11 +154,16 @@ fn main() -> tessera::Result<()> {
             Err(e) => eprintln!("bert-embed skipped: {e} (run scripts/fetch_minilm.sh)"),
             Ok(mut emb) => {
                 for dt in quant::MODEL_DTYPES {
-                    pollster::block_on(quant::quantize_linears(emb.model.linears_mut(), dt))?;
-                    for batch in [1usize, 8, 32] {
+                    pollster::block_on(emb.quantize(dt, None))?;
+                    for &batch in &args.batches {
                         // 126 word pieces between [CLS] and [SEP]: sequence 128.
                         let ids: Vec<Vec<u32>> = (0..batch)
-                            .map(|b| std::iter::once(101).chain((0..126).map(|i| 1000 + ((b * 131 + i * 17) % 20000) as u32)).chain([102]).collect())
+                            .map(|b| {
+                                std::iter::once(101)
+                                    .chain((0..126).map(|i| 1000 + ((b * 131 + i * 17) % 20000) as u32))
+                                    .chain([102])
+                                    .collect()
+                            })
                             .collect();
                         let (ms, cold) = time(args.seconds, || sync(&d, &emb.embed_ids(&ids)));
                         rows.push(Row {
@@ -122,16 +182,8 @@ fn main() -> tessera::Result<()> {
             }
         }
     }
-    for r in &rows {
-        if args.json {
-            let rate_key = if r.unit == "GFLOP/s" { "gflops" } else if r.unit == "GB/s" { "gbps" } else { "sentences_per_s" };
-            println!(
-                "{}",
-                serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate })
-            );
-        } else {
-            println!("{:<12} {:<6} {:<22} {:>10.2} ms  {:>10.2} {:<12} (cold {:.0} ms)", r.case, r.dtype, r.shape, r.median_ms, r.rate, r.unit, r.cold_ms);
-        }
+    if rows.printed == 0 {
+        eprintln!("no case matched {:?}", args.filters);
     }
     Ok(())
 }

@@ -51,7 +51,7 @@ fn run(args: Args) -> tessera::Result<()> {
     // Refuse before loading anything if the batch cannot fit.
     let est = bert::check_memory(&config, args.texts.len(), 256, dtype, &device)?;
     let mut emb = SentenceEmbedder::load(&dir, &device)?;
-    pollster::block_on(quant::quantize_linears(emb.model.linears_mut(), dtype))?;
+    pollster::block_on(emb.quantize(dtype, None))?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
     let t0 = std::time::Instant::now();
     let out = emb.embed_blocking(&texts)?;

@@ -1,7 +1,7 @@
 //! Quantises all-MiniLM-L6-v2's Linear weights to f16, Q8_0 and Q4_0, saves each as GGUF
 //! (and safetensors), reloads it from the file, and reports file size, embeddings per
 //! second and the mean cosine to the f32 embeddings on a built-in sentence set. Q4_0
-//! scales are chosen with input importance from a separate calibration set.
+//! chooses scales with input importance from a separate calibration set.
 //!
 //! `cargo run --release --example quantize [-- --model-dir DIR --out DIR]`
 
@@ -25,19 +25,6 @@ const SENTENCES: [&str; 12] = [
     "The new movie is awesome.",
     "The cat sits outside.",
     "GPU kernels written in WGSL run in the browser.",
-];
-
-/// Calibration text for Q4_0's importance-weighted scales: distinct from the
-/// evaluation sentences above.
-const CALIBRATION: [&str; 8] = [
-    "The weather today is sunny with a light breeze.",
-    "Stock markets fell sharply after the announcement.",
-    "She plays the piano every evening after dinner.",
-    "How do I reset my password?",
-    "The library opens at nine in the morning.",
-    "Researchers trained a neural network on images of cells.",
-    "He ordered a coffee and a croissant.",
-    "Rain is expected to continue through the weekend.",
 ];
 
 /// Mean cosine each dtype must reach against f32.
@@ -67,10 +54,7 @@ fn run(args: Args) -> tessera::Result<bool> {
     let out = args.out.unwrap_or_else(|| tmp.path().to_path_buf());
     let device = Device::new()?;
     let tok = dir.join("tokenizer.json");
-    let f32_model = SentenceEmbedder::load(&dir, &device)?;
-    let reference = f32_model.embed_blocking(&SENTENCES)?;
-    let importance = pollster::block_on(f32_model.importance(&CALIBRATION))?;
-    drop(f32_model);
+    let reference = SentenceEmbedder::load(&dir, &device)?.embed_blocking(&SENTENCES)?;
     println!("all-MiniLM-L6-v2 on {device}; {} sentences\n", SENTENCES.len());
     println!(
         "{:<6} {:>12} {:>12} {:>14} {:>12} {:>8}",
@@ -78,8 +62,10 @@ fn run(args: Args) -> tessera::Result<bool> {
     );
     let mut ok = true;
     for dt in quant::MODEL_DTYPES {
-        let mut model = bert::load_dir(&dir, &device)?;
-        pollster::block_on(quant::quantize_linears_calibrated(model.linears_mut(), dt, &importance))?;
+        let mut fresh = SentenceEmbedder::load(&dir, &device)?;
+        // Q4_0 calibrates on bert::CALIBRATION, which shares no sentence with SENTENCES.
+        pollster::block_on(fresh.quantize(dt, None))?;
+        let model = fresh.model;
         let gguf = out.join(format!("minilm-{}.gguf", dt.name()));
         let st = out.join(format!("minilm-{}.safetensors", dt.name()));
         bert::save(&model, &gguf)?;

@@ -24,8 +24,7 @@ impl Tensor {
         }
     }
 
-    /// The GGUF blocks of a quantised tensor: exact on a GPU; re-quantised from the
-    /// dequantised values on the CPU device.
+    /// The GGUF blocks of a quantised tensor, exactly as they were given.
     pub async fn quantized_blocks(&self) -> Result<Vec<u8>> {
         self.check()?;
         if !self.dtype().is_quantized() {
@@ -147,7 +146,7 @@ pub fn quantize_weighted(dtype: DType, values: &[f32], importance: &[f32]) -> Ve
     let mut out = Vec::with_capacity(gguf_bytes(dtype, values.len()));
     for (bi, block) in values.chunks(BLOCK).enumerate() {
         let mut w = [1f32; BLOCK];
-        if !importance.is_empty() && importance.len() % BLOCK == 0 {
+        if !importance.is_empty() && importance.len().is_multiple_of(BLOCK) {
             let start = (bi * BLOCK) % importance.len();
             w.copy_from_slice(&importance[start..start + BLOCK]);
         }
@@ -295,6 +294,51 @@ pub(crate) fn wgsl_load(dtype: DType, var: &str, qoff: &str) -> String {
     }
 }
 
+/// The dtypes a model's Linear weights can be stored in.
+pub const MODEL_DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0];
+
+/// Parse `f32`, `f16`, `q8_0`, `q4_0`.
+pub fn parse_dtype(s: &str) -> Option<DType> {
+    MODEL_DTYPES.into_iter().find(|d| d.name() == s.to_ascii_lowercase())
+}
+
+/// Store every Linear weight in `dtype` (f32, f16, Q8_0 or Q4_0). Biases, norms and
+/// embeddings stay f32. Quantising reads each weight to the host once.
+pub async fn quantize_linears(layers: Vec<&mut crate::nn::Linear>, dtype: DType) -> Result<()> {
+    quantize_linears_calibrated(layers, dtype, &[]).await
+}
+
+/// [`quantize_linears`] with each layer's input-column importance (the mean square of
+/// its inputs over calibration data, in the same order as `layers`; empty: uniform).
+pub async fn quantize_linears_calibrated(
+    layers: Vec<&mut crate::nn::Linear>,
+    dtype: DType,
+    importance: &[Vec<f32>],
+) -> Result<()> {
+    for (i, l) in layers.into_iter().enumerate() {
+        let imp = importance.get(i).map(Vec::as_slice).unwrap_or(&[]);
+        let w = &l.weight;
+        l.weight = match dtype {
+            d if d == w.dtype() => continue,
+            DType::F32 | DType::F16 if !w.dtype().is_quantized() => {
+                let c = w.cast(dtype);
+                c.realize().await?;
+                c
+            }
+            q if q.is_quantized() && w.dtype().is_float() => quantize_tensor_weighted(w, q, imp).await?,
+            _ => {
+                return Err(Error::DType {
+                    op: "quantize_linears",
+                    dtypes: vec![w.dtype(), dtype],
+                    detail: format!("cannot convert {} from {} to {dtype}", l.name, w.dtype()),
+                    location: Location::caller(),
+                })
+            }
+        };
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,49 +391,4 @@ mod tests {
             }
         }
     }
-}
-
-/// The dtypes a model's Linear weights can be stored in.
-pub const MODEL_DTYPES: [DType; 4] = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0];
-
-/// Parse `f32`, `f16`, `q8_0`, `q4_0`.
-pub fn parse_dtype(s: &str) -> Option<DType> {
-    MODEL_DTYPES.into_iter().find(|d| d.name() == s.to_ascii_lowercase())
-}
-
-/// Store every Linear weight in `dtype` (f32, f16, Q8_0 or Q4_0). Biases, norms and
-/// embeddings stay f32. Quantising reads each weight to the host once.
-pub async fn quantize_linears(layers: Vec<&mut crate::nn::Linear>, dtype: DType) -> Result<()> {
-    quantize_linears_calibrated(layers, dtype, &[]).await
-}
-
-/// [`quantize_linears`] with each layer's input-column importance (the mean square of
-/// its inputs over calibration data, in the same order as `layers`; empty: uniform).
-pub async fn quantize_linears_calibrated(
-    layers: Vec<&mut crate::nn::Linear>,
-    dtype: DType,
-    importance: &[Vec<f32>],
-) -> Result<()> {
-    for (i, l) in layers.into_iter().enumerate() {
-        let imp = importance.get(i).map(Vec::as_slice).unwrap_or(&[]);
-        let w = &l.weight;
-        l.weight = match dtype {
-            d if d == w.dtype() => continue,
-            DType::F32 | DType::F16 if !w.dtype().is_quantized() => {
-                let c = w.cast(dtype);
-                c.realize().await?;
-                c
-            }
-            q if q.is_quantized() && w.dtype().is_float() => quantize_tensor_weighted(w, q, imp).await?,
-            _ => {
-                return Err(Error::DType {
-                    op: "quantize_linears",
-                    dtypes: vec![w.dtype(), dtype],
-                    detail: format!("cannot convert {} from {} to {dtype}", l.name, w.dtype()),
-                    location: Location::caller(),
-                })
-            }
-        };
-    }
-    Ok(())
 }

@@ -122,6 +122,8 @@ pub struct Device(pub(crate) Arc<DeviceInner>);
 pub(crate) enum Storage {
     Gpu(Arc<gpu::GpuStorage>),
     Host(Arc<Vec<f64>>),
+    /// A quantised tensor on the CPU device: its values and its exact GGUF blocks.
+    HostQuantized(Arc<Vec<f64>>, Arc<Vec<u8>>),
 }
 
 impl Device {
@@ -286,7 +288,8 @@ impl Device {
         let storage = match &self.0.backend {
             Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)))),
             Backend::Cpu => {
-                Storage::Host(Arc::new(crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect()))
+                let values = crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect();
+                Storage::HostQuantized(Arc::new(values), Arc::new(blocks.to_vec()))
             }
         };
         Tensor::from_storage(storage, shape, dtype, self)
@@ -307,6 +310,7 @@ impl Device {
                 Ok(out.pop().unwrap_or_default())
             }
             (_, Some(Storage::Host(v))) => Ok(crate::dtype::encode(t.dtype(), &v)),
+            (_, Some(Storage::HostQuantized(_, blocks))) => Ok(crate::quant::blocks_to_gpu(t.dtype(), &blocks)),
             _ => Err(Error::Unsupported(format!("tensor {} is not realised on {}", t.id(), self))),
         }
     }

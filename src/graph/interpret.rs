@@ -17,7 +17,7 @@ pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
             return Ok(v.clone());
         }
         match t.storage() {
-            Some(Storage::Host(v)) => Ok(v),
+            Some(Storage::Host(v) | Storage::HostQuantized(v, _)) => Ok(v),
             _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
         }
     };

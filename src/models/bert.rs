@@ -47,7 +47,7 @@ impl BertConfig {
             type_vocab_size: int("type_vocab_size").unwrap_or(2),
             layer_norm_eps: v.get("layer_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-12),
         };
-        if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 {
+        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(Error::Format { format: "config.json", detail: "hidden_size must divide into heads".into() });
         }
         Ok(c)
@@ -291,6 +291,18 @@ pub fn mean_pool_normalize(hidden: &Tensor, mask: &Tensor) -> Tensor {
     mean / norm
 }
 
+/// Generic English sentences used to calibrate Q4_0 scales when no others are given.
+pub const CALIBRATION: [&str; 8] = [
+    "The weather today is sunny with a light breeze.",
+    "Stock markets fell sharply after the announcement.",
+    "She plays the piano every evening after dinner.",
+    "How do I reset my password?",
+    "The library opens at nine in the morning.",
+    "Researchers trained a neural network on images of cells.",
+    "He ordered a coffee and a croissant.",
+    "Rain is expected to continue through the weekend.",
+];
+
 /// Metadata key holding `config.json` in files Tessera saves.
 pub const CONFIG_KEY: &str = "tessera.bert.config";
 
@@ -371,7 +383,7 @@ impl SentenceEmbedder {
 
     /// An embedder over an already built model and a `tokenizer.json`.
     pub fn from_model(model: BertModel, tok_path: &std::path::Path) -> Result<SentenceEmbedder> {
-        let mut tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
+        let mut tokenizer = tokenizers::Tokenizer::from_file(tok_path)
             .map_err(|e| Error::Format { format: "tokenizer.json", detail: format!("{}: {e}", tok_path.display()) })?;
         // Batches are padded here, with a mask; truncation is ours too.
         tokenizer.with_padding(None);
@@ -420,6 +432,16 @@ impl SentenceEmbedder {
             }
         }
         (Tensor::from_slice(&flat, [b, s], d), Tensor::from_slice(&mask, [b, s], d))
+    }
+
+    /// Store every Linear weight in `dtype`. For Q4_0 the scales are chosen with input
+    /// importance measured on `calibration` (default: [`CALIBRATION`]).
+    pub async fn quantize(&mut self, dtype: DType, calibration: Option<&[&str]>) -> Result<()> {
+        if dtype != DType::Q4_0 {
+            return crate::quant::quantize_linears(self.model.linears_mut(), dtype).await;
+        }
+        let importance = self.importance(calibration.unwrap_or(&CALIBRATION)).await?;
+        crate::quant::quantize_linears_calibrated(self.model.linears_mut(), dtype, &importance).await
     }
 
     /// Input importance of every Linear layer over `texts` (for calibrated Q4_0).
