@@ -1,7 +1,7 @@
 //! Quantises all-MiniLM-L6-v2's Linear weights to f16, Q8_0 and Q4_0, saves each as GGUF
 //! (and safetensors), reloads it from the file, and reports file size, embeddings per
 //! second and the mean cosine to the f32 embeddings on a built-in sentence set. Q4_0
-//! chooses scales with input importance from a separate calibration set.
+//! uses GPTQ calibrated on a separate set of sentences.
 //!
 //! `cargo run --release --example quantize [-- --model-dir DIR --out DIR]`
 

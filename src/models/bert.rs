@@ -228,6 +228,31 @@ impl BertModel {
         Ok(vals.into_iter().map(|v| v.into_iter().map(|x| x as f32 + 1e-8).collect()).collect())
     }
 
+    /// Each Linear layer's inputs (in [`linears_mut`] order) on the unmasked tokens,
+    /// as `[tokens, in]` row-major f32 values: calibration data for GPTQ.
+    ///
+    /// [`linears_mut`]: BertModel::linears_mut
+    pub async fn linear_inputs(&self, ids: &Tensor, mask: &Tensor) -> Result<Vec<Vec<f32>>> {
+        let mut inputs = Vec::new();
+        let _ = self.forward_inner(ids, mask, Some(&mut inputs));
+        let mut all = inputs.clone();
+        all.push(mask.clone());
+        let mut vals = crate::tensor::read_all(&all).await?;
+        let keep = vals.pop().unwrap_or_default();
+        Ok(inputs
+            .iter()
+            .zip(vals)
+            .map(|(t, v)| {
+                let width = t.dims().last().copied().unwrap_or(1).max(1);
+                v.chunks(width)
+                    .zip(&keep)
+                    .filter(|(_, &m)| m != 0.0)
+                    .flat_map(|(row, _)| row.iter().map(|&x| x as f32))
+                    .collect()
+            })
+            .collect())
+    }
+
     fn forward_inner(&self, ids: &Tensor, mask: &Tensor, mut collect: Option<&mut Vec<Tensor>>) -> Tensor {
         let (b, s) = (ids.dims()[0], ids.dims().get(1).copied().unwrap_or(0));
         let c = &self.config;
@@ -434,14 +459,15 @@ impl SentenceEmbedder {
         (Tensor::from_slice(&flat, [b, s], d), Tensor::from_slice(&mask, [b, s], d))
     }
 
-    /// Store every Linear weight in `dtype`. For Q4_0 the scales are chosen with input
-    /// importance measured on `calibration` (default: [`CALIBRATION`]).
+    /// Store every Linear weight in `dtype`. Q4_0 uses GPTQ, calibrated on the layer
+    /// inputs that `calibration` (default: [`CALIBRATION`]) produces.
     pub async fn quantize(&mut self, dtype: DType, calibration: Option<&[&str]>) -> Result<()> {
         if dtype != DType::Q4_0 {
             return crate::quant::quantize_linears(self.model.linears_mut(), dtype).await;
         }
-        let importance = self.importance(calibration.unwrap_or(&CALIBRATION)).await?;
-        crate::quant::quantize_linears_calibrated(self.model.linears_mut(), dtype, &importance).await
+        let (ids, mask) = self.batch(&self.tokenize(calibration.unwrap_or(&CALIBRATION))?);
+        let inputs = self.model.linear_inputs(&ids, &mask).await?;
+        crate::quant::gptq_linears(self.model.linears_mut(), &inputs).await
     }
 
     /// Input importance of every Linear layer over `texts` (for calibrated Q4_0).
