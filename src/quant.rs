@@ -339,91 +339,6 @@ pub async fn quantize_linears_calibrated(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn values(n: usize) -> Vec<f32> {
-        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect()
-    }
-
-    #[test]
-    fn q8_0_matches_ggml_and_bounds_error() {
-        let x = values(64);
-        let b = quantize(DType::Q8_0, &x);
-        assert_eq!(b.len(), 68);
-        let y = dequantize(DType::Q8_0, &b);
-        for (blk, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
-            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (a, c) in xs.iter().zip(ys) {
-                assert!((a - c).abs() <= amax / 127.0 * 0.5 + 2e-3 * amax, "block {blk}: {a} vs {c}");
-            }
-        }
-        // The largest magnitude maps to ±127.
-        assert!(b[2..34].iter().any(|&q| q as i8 == 127 || q as i8 == -127));
-    }
-
-    #[test]
-    fn q4_0_matches_ggml_layout() {
-        let mut x = vec![0f32; 32];
-        x[0] = -8.0; // the extreme value sets d = -8 / -8 = 1
-        x[16] = 3.0;
-        x[5] = 7.0;
-        let b = quantize(DType::Q4_0, &x);
-        assert_eq!(b.len(), 18);
-        assert_eq!(f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(), 1.0);
-        // q = round(x / d) + 8, clamped: -8 -> 0, 3 -> 11, 7 -> 15; value 16 in the high nibble of byte 0.
-        assert_eq!(b[2], 11 << 4); // low nibble 0 (value 0), high nibble 11 (value 16)
-        assert_eq!(b[2 + 5] & 15, 15);
-        let y = dequantize(DType::Q4_0, &b);
-        assert_eq!((y[0], y[16], y[5], y[1]), (-8.0, 3.0, 7.0, 0.0));
-    }
-
-    #[test]
-    fn gptq_beats_round_to_nearest_on_the_layer_outputs() {
-        let (rows, cols, n) = (8, 64, 96);
-        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3).collect();
-        // Correlated inputs: a few shared directions plus noise.
-        let x: Vec<f32> = (0..n * cols)
-            .map(|k| {
-                let (t, j) = (k / cols, k % cols);
-                ((t * 31 + j / 8) % 17) as f32 / 8.0 - 1.0 + ((k * 104729 % 97) as f32 / 97.0 - 0.5) * 0.2
-            })
-            .collect();
-        let out_err = |blocks: &[u8]| -> f64 {
-            let wq = dequantize(DType::Q4_0, blocks);
-            let mut e = 0.0;
-            for t in 0..n {
-                for r in 0..rows {
-                    let (mut a, mut b) = (0f64, 0f64);
-                    for j in 0..cols {
-                        a += (w[r * cols + j] * x[t * cols + j]) as f64;
-                        b += (wq[r * cols + j] * x[t * cols + j]) as f64;
-                    }
-                    e += (a - b).powi(2);
-                }
-            }
-            e
-        };
-        let rtn = out_err(&quantize(DType::Q4_0, &w));
-        let gptq = out_err(&gptq_q4_0(&w, rows, cols, &x));
-        assert!(gptq < rtn * 0.9, "gptq {gptq} vs round-to-nearest {rtn}");
-    }
-
-    #[test]
-    fn gpu_layout_round_trips_exactly() {
-        for dt in DType::QUANTIZED {
-            for n in [32, 96, 160] {
-                let b = quantize(dt, &values(n));
-                let g = blocks_to_gpu(dt, &b);
-                assert_eq!(g.len(), gpu_bytes(dt, n));
-                assert_eq!(g.len() % 4, 0);
-                assert_eq!(gpu_to_blocks(dt, &g, n), b);
-            }
-        }
-    }
-}
-
 /// Q4_0 with GPTQ error compensation: columns are quantised in order, and each
 /// column's rounding error is spread over the columns not yet quantised through the
 /// inverse Hessian of the layer's calibration inputs, so the layer's *outputs* on those
@@ -434,7 +349,7 @@ mod tests {
 /// `w` is `[rows, cols]` row-major; `x` holds `n` calibration inputs of `cols` values.
 pub fn gptq_q4_0(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<u8> {
     let n = x.len() / cols.max(1);
-    if n == 0 || cols % BLOCK != 0 || w.len() != rows * cols {
+    if n == 0 || !cols.is_multiple_of(BLOCK) || w.len() != rows * cols {
         return quantize(DType::Q4_0, w);
     }
     // H = X^T X / n, damped by 1% of its mean diagonal.
@@ -469,7 +384,7 @@ pub fn gptq_q4_0(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<u8> {
     let mut codes = vec![0u8; rows * cols];
     for c in 0..cols {
         let b = c / BLOCK;
-        if c % BLOCK == 0 {
+        if c.is_multiple_of(BLOCK) {
             for r in 0..rows {
                 let mut blk = [0f32; BLOCK];
                 let mut imp = [0f32; BLOCK];
@@ -576,4 +491,89 @@ pub async fn gptq_linears(layers: Vec<&mut crate::nn::Linear>, inputs: &[Vec<f32
         l.weight = q;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect()
+    }
+
+    #[test]
+    fn q8_0_matches_ggml_and_bounds_error() {
+        let x = values(64);
+        let b = quantize(DType::Q8_0, &x);
+        assert_eq!(b.len(), 68);
+        let y = dequantize(DType::Q8_0, &b);
+        for (blk, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (a, c) in xs.iter().zip(ys) {
+                assert!((a - c).abs() <= amax / 127.0 * 0.5 + 2e-3 * amax, "block {blk}: {a} vs {c}");
+            }
+        }
+        // The largest magnitude maps to ±127.
+        assert!(b[2..34].iter().any(|&q| q as i8 == 127 || q as i8 == -127));
+    }
+
+    #[test]
+    fn q4_0_matches_ggml_layout() {
+        let mut x = vec![0f32; 32];
+        x[0] = -8.0; // the extreme value sets d = -8 / -8 = 1
+        x[16] = 3.0;
+        x[5] = 7.0;
+        let b = quantize(DType::Q4_0, &x);
+        assert_eq!(b.len(), 18);
+        assert_eq!(f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(), 1.0);
+        // q = round(x / d) + 8, clamped: -8 -> 0, 3 -> 11, 7 -> 15; value 16 in the high nibble of byte 0.
+        assert_eq!(b[2], 11 << 4); // low nibble 0 (value 0), high nibble 11 (value 16)
+        assert_eq!(b[2 + 5] & 15, 15);
+        let y = dequantize(DType::Q4_0, &b);
+        assert_eq!((y[0], y[16], y[5], y[1]), (-8.0, 3.0, 7.0, 0.0));
+    }
+
+    #[test]
+    fn gptq_beats_round_to_nearest_on_the_layer_outputs() {
+        let (rows, cols, n) = (8, 64, 96);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3).collect();
+        // Correlated inputs: a few shared directions plus noise.
+        let x: Vec<f32> = (0..n * cols)
+            .map(|k| {
+                let (t, j) = (k / cols, k % cols);
+                ((t * 31 + j / 8) % 17) as f32 / 8.0 - 1.0 + ((k * 104729 % 97) as f32 / 97.0 - 0.5) * 0.2
+            })
+            .collect();
+        let out_err = |blocks: &[u8]| -> f64 {
+            let wq = dequantize(DType::Q4_0, blocks);
+            let mut e = 0.0;
+            for t in 0..n {
+                for r in 0..rows {
+                    let (mut a, mut b) = (0f64, 0f64);
+                    for j in 0..cols {
+                        a += (w[r * cols + j] * x[t * cols + j]) as f64;
+                        b += (wq[r * cols + j] * x[t * cols + j]) as f64;
+                    }
+                    e += (a - b).powi(2);
+                }
+            }
+            e
+        };
+        let rtn = out_err(&quantize(DType::Q4_0, &w));
+        let gptq = out_err(&gptq_q4_0(&w, rows, cols, &x));
+        assert!(gptq < rtn * 0.9, "gptq {gptq} vs round-to-nearest {rtn}");
+    }
+
+    #[test]
+    fn gpu_layout_round_trips_exactly() {
+        for dt in DType::QUANTIZED {
+            for n in [32, 96, 160] {
+                let b = quantize(dt, &values(n));
+                let g = blocks_to_gpu(dt, &b);
+                assert_eq!(g.len(), gpu_bytes(dt, n));
+                assert_eq!(g.len() % 4, 0);
+                assert_eq!(gpu_to_blocks(dt, &g, n), b);
+            }
+        }
+    }
 }
