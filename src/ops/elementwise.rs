@@ -208,7 +208,7 @@ fn unary_impl(x: &Tensor, u: UnaryOp, loc: Loc) -> Result<Tensor> {
     if !ok {
         return Err(dtype_err(op, &[dt], format!("{name} is not defined for {dt}"), loc));
     }
-    Ok(Tensor::make_at(Op::Unary(u), vec![x.clone()], x.shape().clone(), dt, x.device(), loc))
+    Ok(x.derive(Op::Unary(u), x.dims().to_vec(), loc))
 }
 
 fn binary_impl(x: &Tensor, b: BinaryOp, y: &Tensor, loc: Loc) -> Result<Tensor> {

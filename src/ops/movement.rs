@@ -81,7 +81,7 @@ impl Tensor {
             if dims == self.dims() {
                 return Ok(self.clone());
             }
-            Ok(Tensor::make_at(Op::Reshape, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
+            Ok(self.derive(Op::Reshape, dims.to_vec(), loc))
         })();
         self.lift(r)
     }
@@ -109,14 +109,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
-        Ok(Tensor::make_at(
-            Op::Permute { perm: perm.to_vec() },
-            vec![self.clone()],
-            Shape(dims),
-            self.dtype(),
-            self.device(),
-            loc,
-        ))
+        Ok(self.derive(Op::Permute { perm: perm.to_vec() }, dims, loc))
     }
 
     /// Swap two axes.
@@ -163,7 +156,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         check_numel("broadcast_to", dims, loc)?;
-        Ok(Tensor::make_at(Op::Expand, vec![self.clone()], Shape(dims.to_vec()), self.dtype(), self.device(), loc))
+        Ok(self.derive(Op::Expand, dims.to_vec(), loc))
     }
 
     /// Python slicing `x[start:end:step]` along one axis: negative `start`/`end` count
@@ -218,14 +211,7 @@ impl Tensor {
         steps[a] = step;
         let mut dims = self.dims().to_vec();
         dims[a] = len;
-        Ok(Tensor::make_at(
-            Op::Slice { starts, steps },
-            vec![self.clone()],
-            Shape(dims),
-            self.dtype(),
-            self.device(),
-            loc,
-        ))
+        Ok(self.derive(Op::Slice { starts, steps }, dims, loc))
     }
 
     /// Join tensors along an existing axis. Shapes must match elsewhere.
@@ -355,16 +341,16 @@ impl Tensor {
             }
             let value = crate::reference::elementwise::cast(value, DType::F32, self.dtype());
             let before = pads.iter().map(|p| p.0).collect();
-            Ok(Tensor::make_at(
-                Op::Pad { before, value },
-                vec![self.clone()],
-                Shape(dims),
-                self.dtype(),
-                self.device(),
-                loc,
-            ))
+            Ok(self.derive(Op::Pad { before, value }, dims, loc))
         })();
         self.lift(r)
+    }
+}
+
+impl Tensor {
+    /// A node computed from this tensor alone, with its dtype and device.
+    pub(crate) fn derive(&self, op: Op, dims: Vec<usize>, loc: Loc) -> Tensor {
+        Tensor::make_at(op, vec![self.clone()], Shape(dims), self.dtype(), self.device(), loc)
     }
 }
 
