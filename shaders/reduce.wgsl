@@ -1,10 +1,10 @@
-// A reduction: one workgroup per output element, a strided serial pass per invocation,
+// A reduction: one workgroup of RWG invocations per output element, a strided serial pass per invocation,
 // then a tree in workgroup memory. The input expression is fused in (`reduce_input`).
 // meta: [0] output count, [1] reduction length.
 
-var<workgroup> partial: array<Acc, WG>;
+var<workgroup> partial: array<Acc, RWG>;
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(RWG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let o = wid.x + wid.y * nwg.x;
     let t = lid.x;
@@ -12,13 +12,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let len = m(1u);
     var acc = acc_identity();
     if (o < n_out) {
-        for (var r = t; r < len; r += WG) {
+        for (var r = t; r < len; r += RWG) {
             acc = combine(acc, Acc(reduce_input(o, r), r));
         }
     }
     partial[t] = acc;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+    for (var s = RWG / 2u; s > 0u; s = s >> 1u) {
         if (t < s) {
             partial[t] = combine(partial[t], partial[t + s]);
         }

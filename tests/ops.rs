@@ -193,8 +193,9 @@ fn where_and_cast() {
 
 #[test]
 fn reductions_over_axis_sets() {
-    let cases: [(&[usize], &[isize]); 8] = [
+    let cases: [(&[usize], &[isize]); 9] = [
         (&[1], &[]),
+        (&[65, 70], &[1]), // many outputs, long rows: the narrow-workgroup tree
         (&[17, 3], &[0]),
         (&[17, 3], &[1]),
         (&[2, 65], &[-1]),

@@ -10,6 +10,17 @@ use crate::{DType, Result, Tensor};
 /// Reductions no longer than this run one invocation per output.
 pub const SMALL_LEN: usize = 64;
 
+/// Invocations per workgroup of the tree reduction: few outputs get wide workgroups
+/// (one workgroup must do the whole reduction), many outputs narrow ones (fewer
+/// barrier rounds; 4x faster for 1024 row sums of 1024 on lavapipe than 256 wide).
+pub fn reduce_workgroup(n_out: usize) -> u32 {
+    if n_out < 64 {
+        256
+    } else {
+        32
+    }
+}
+
 /// Render the reduction producing `root` (an `Op::Reduce` node).
 pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
     let node = root.node();
@@ -64,6 +75,9 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     };
     src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o] = {store};\n}}\n"));
     let small = len <= SMALL_LEN;
+    if !small {
+        src.push_str(&format!("const RWG: u32 = {}u;\n", reduce_workgroup(n_out)));
+    }
     src.push_str(if small { sources::REDUCE_SMALL } else { sources::REDUCE });
 
     let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());

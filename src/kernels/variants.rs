@@ -103,7 +103,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
     }
     // Reductions: every kind, dtype and both length classes.
     let long = Tensor::rand([2, 100], 3, &d);
-    for x in [&f, &h, &i, &u, &long, &long.cast(DType::F16)] {
+    let many = Tensor::rand([70, 100], 4, &d); // many outputs: the narrow tree variant
+    for x in [&f, &h, &i, &u, &long, &long.cast(DType::F16), &many] {
         for axes in [&[1isize][..], &[][..]] {
             out.extend([
                 x.sum(axes, false),
