@@ -233,3 +233,26 @@ fn long_and_diamond_chains_do_not_overflow() {
         assert_eq!(y.to_vec_blocking::<f32>().unwrap(), vec![1.0; 3]);
     }
 }
+
+#[test]
+fn adapters_are_picked_by_name_or_backend() {
+    let list = Device::list();
+    let Some(first) = list.first() else { return };
+    // Best first: no adapter later in the list has a better device type.
+    let rank =
+        |t: &str| ["DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu"].iter().position(|x| *x == t).unwrap_or(4);
+    assert!(list.iter().all(|a| rank(&a.device_type) >= rank(&first.device_type)));
+    for a in &list {
+        let by_backend = DeviceOptions { adapter: Some(a.backend.to_lowercase()), ..Default::default() };
+        let d = Device::with_options(by_backend).unwrap();
+        assert_eq!(d.info().backend, a.backend);
+    }
+    let by_name = DeviceOptions {
+        adapter: Some(first.name.chars().take(4).collect::<String>().to_uppercase()),
+        ..Default::default()
+    };
+    assert_eq!(Device::with_options(by_name).unwrap().info().name, first.name);
+    let none = DeviceOptions { adapter: Some("no-such-adapter".into()), ..Default::default() };
+    let e = Device::with_options(none).unwrap_err();
+    assert!(matches!(e, tessera::Error::NoAdapter(_)) && e.to_string().contains("no adapter matches"), "{e}");
+}
