@@ -71,6 +71,9 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     assert!(a.is_realized());
     let _ = a.to_vec_blocking::<f32>().unwrap();
     assert_eq!(d.stats().kernels_dispatched, k, "reading a realised tensor runs no kernel");
+    let submits = d.stats().submits;
+    a.realize_blocking().unwrap();
+    assert_eq!(d.stats().submits, submits, "realising a realised tensor submits nothing");
 }
 
 #[test]

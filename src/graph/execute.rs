@@ -102,6 +102,10 @@ pub(crate) async fn run(
     ctx.take_uncaptured("an earlier operation")?;
     let mut specs = plan_kernels(&ctx.caps, dev.max_kernel_inputs(), targets)?;
     check_limits(dev, &specs)?;
+    if specs.is_empty() && !read {
+        // Everything is realised already: nothing to encode, no submit.
+        return Ok(None);
+    }
 
     // Bounds-check status words: one buffer, each kernel's checks at its own base.
     let mut n_checks = 0usize;
