@@ -19,6 +19,7 @@
 //! # Ok::<(), tessera::Error>(())
 //! ```
 
+pub mod autograd;
 pub mod device;
 mod display;
 pub mod dtype;
@@ -35,6 +36,7 @@ pub mod shape;
 pub mod stats;
 pub mod tensor;
 
+pub use autograd::{no_grad, Gradients};
 pub use device::{AdapterDescription, Capabilities, Device, DeviceInfo, DeviceOptions};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

@@ -5,7 +5,7 @@ use crate::device::{Device, Storage};
 use crate::graph::Op;
 use crate::{DType, Element, Error, Result, Shape};
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -29,6 +29,10 @@ pub struct Node {
     pub(crate) error: Option<Error>,
     /// The realised value, once computed.
     pub(crate) storage: Mutex<Option<Storage>>,
+    /// Marked as a gradient target ([`Tensor::requires_grad`]).
+    pub(crate) requires_grad: AtomicBool,
+    /// Built inside a [`crate::no_grad`] scope (or by `detach`): backward stops here.
+    pub(crate) no_grad: bool,
 }
 
 impl Drop for Node {
@@ -71,6 +75,8 @@ impl Tensor {
             device: device.clone(),
             error,
             storage: Mutex::new(None),
+            requires_grad: AtomicBool::new(false),
+            no_grad: !crate::autograd::grad_enabled(),
         }))
     }
 
@@ -87,6 +93,8 @@ impl Tensor {
             device: device.clone(),
             error: Some(err),
             storage: Mutex::new(None),
+            requires_grad: AtomicBool::new(false),
+            no_grad: true,
         }))
     }
 

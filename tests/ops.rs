@@ -67,6 +67,7 @@ fn unary_ops_f32() {
                 x.gelu(),
                 x.gelu_tanh(),
                 x.silu(),
+                x.erf(),
                 x.floor(),
                 x.ceil(),
                 p.recip(),

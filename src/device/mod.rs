@@ -103,7 +103,10 @@ impl DeviceOptions {
 
 pub(crate) enum Backend {
     Gpu(Box<gpu::GpuContext>),
-    Cpu,
+    /// The reference interpreter; `exact` skips rounding to each node's dtype.
+    Cpu {
+        exact: bool,
+    },
 }
 
 pub(crate) struct DeviceInner {
@@ -166,6 +169,22 @@ impl Device {
     /// The CPU reference backend: every op computed in f64 by `src/reference/` and
     /// rounded to its dtype. It is the tests' oracle and runs where no GPU exists.
     pub fn cpu() -> Device {
+        Device::cpu_with(false)
+    }
+
+    /// The reference backend without rounding: every float op (and every float upload)
+    /// keeps f64 precision whatever the dtype says. Finite-difference gradient checks
+    /// run here.
+    pub fn cpu_exact() -> Device {
+        Device::cpu_with(true)
+    }
+
+    /// Whether this is the unrounded reference backend ([`Device::cpu_exact`]).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.0.backend, Backend::Cpu { exact: true })
+    }
+
+    fn cpu_with(exact: bool) -> Device {
         let caps = Capabilities {
             shader_f16: true,
             subgroups: false,
@@ -181,14 +200,14 @@ impl Device {
         };
         Device(Arc::new(DeviceInner {
             info: DeviceInfo {
-                name: "cpu (reference)".into(),
+                name: if exact { "cpu (exact reference)" } else { "cpu (reference)" }.into(),
                 backend: "Cpu".into(),
                 device_type: "Cpu".into(),
                 driver: String::new(),
                 forced_fallback: false,
                 capabilities: caps,
             },
-            backend: Backend::Cpu,
+            backend: Backend::Cpu { exact },
             counters: Arc::new(Counters::default()),
         }))
     }
@@ -210,7 +229,7 @@ impl Device {
 
     /// True for the CPU reference backend.
     pub fn is_cpu(&self) -> bool {
-        matches!(self.0.backend, Backend::Cpu)
+        matches!(self.0.backend, Backend::Cpu { .. })
     }
 
     /// This device's counters since it was opened.
@@ -222,7 +241,7 @@ impl Device {
     pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
         match &self.0.backend {
             Backend::Gpu(g) => Some((&g.device, &g.queue)),
-            Backend::Cpu => None,
+            Backend::Cpu { .. } => None,
         }
     }
 
@@ -238,7 +257,7 @@ impl Device {
                     .map(|_| ())
                     .map_err(|e| Error::DeviceLost(e.to_string()))
             }
-            Backend::Cpu => Ok(()),
+            Backend::Cpu { .. } => Ok(()),
         }
     }
 
@@ -246,7 +265,7 @@ impl Device {
     pub fn trim_pool(&self) -> u64 {
         match &self.0.backend {
             Backend::Gpu(g) => g.pool.trim(),
-            Backend::Cpu => 0,
+            Backend::Cpu { .. } => 0,
         }
     }
 
@@ -278,7 +297,7 @@ impl Device {
         }
         let storage = match &self.0.backend {
             Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
-            Backend::Cpu => Storage::Host(Arc::new(values)),
+            Backend::Cpu { .. } => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)
     }
@@ -287,7 +306,7 @@ impl Device {
     pub(crate) fn upload_quantized(&self, blocks: &[u8], shape: Shape, dtype: DType) -> Tensor {
         let storage = match &self.0.backend {
             Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)))),
-            Backend::Cpu => {
+            Backend::Cpu { .. } => {
                 let values = crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect();
                 Storage::HostQuantized(Arc::new(values), Arc::new(blocks.to_vec()))
             }
@@ -339,8 +358,8 @@ impl Device {
         }
         match &self.0.backend {
             Backend::Gpu(g) => crate::graph::execute::run(g, self, targets, read).await,
-            Backend::Cpu => {
-                let vals = crate::graph::interpret::run(targets)?;
+            Backend::Cpu { exact } => {
+                let vals = crate::graph::interpret::run(targets, *exact)?;
                 Ok(read.then_some(vals))
             }
         }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Compute `targets` (and everything unrealised under them) on the host.
-pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
+pub(crate) fn run(targets: &[Tensor], exact: bool) -> Result<Vec<Vec<f64>>> {
     let order = topo_order(targets);
     let mut vals: HashMap<u64, Arc<Vec<f64>>> = HashMap::new();
     let value = |t: &Tensor, vals: &HashMap<u64, Arc<Vec<f64>>>| -> Result<Arc<Vec<f64>>> {
@@ -29,7 +29,7 @@ pub(crate) fn run(targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
     for t in &order {
         let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
         let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
-        let out = crate::reference::eval(t, &refs)?;
+        let out = crate::reference::eval_with(t, &refs, exact)?;
         vals.insert(t.id(), Arc::new(out));
     }
     if let Some(t) = targets.first() {

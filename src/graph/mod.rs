@@ -24,6 +24,8 @@ pub enum UnaryOp {
     Tanh,
     Sigmoid,
     Relu,
+    /// The error function.
+    Erf,
     /// gelu with the exact erf.
     GeluErf,
     /// gelu with the tanh approximation.

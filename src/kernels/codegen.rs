@@ -488,6 +488,7 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
         UnaryOp::Relu if float => format!("relu_f({x})"),
         UnaryOp::Relu => format!("max({x}, {}(0))", compute_type(dt)),
+        UnaryOp::Erf => format!("erf_f({x})"),
         UnaryOp::GeluErf => format!("0.5 * {x} * (1.0 + erf_f({x} * 0.7071067811865476))"),
         UnaryOp::GeluTanh => {
             format!("0.5 * {x} * (1.0 + tanh_f(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))")

@@ -36,6 +36,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
             x.gelu(),
             x.gelu_tanh(),
             x.silu(),
+            x.erf(),
             x.floor(),
             x.ceil(),
             x.recip(),

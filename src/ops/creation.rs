@@ -40,7 +40,11 @@ impl Tensor {
             );
             return Tensor::failed(e, dtype, device);
         }
-        let v = values.iter().map(|&x| crate::reference::elementwise::cast(x, DType::F32, dtype)).collect();
+        let v = if device.is_exact() && dtype.is_float() {
+            values.to_vec()
+        } else {
+            values.iter().map(|&x| crate::reference::elementwise::cast(x, DType::F32, dtype)).collect()
+        };
         device.upload(v, shape, dtype)
     }
 

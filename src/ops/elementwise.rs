@@ -45,6 +45,8 @@ unary_methods! {
     sigmoid => Sigmoid;
     /// `max(x, 0)` (NaN stays NaN).
     relu => Relu;
+    /// The error function.
+    erf => Erf;
     /// gelu with the exact erf: `x/2 · (1 + erf(x/√2))`.
     gelu => GeluErf;
     /// gelu with the tanh approximation.

@@ -34,6 +34,7 @@ pub fn unary(u: UnaryOp, x: f64, dt: DType) -> f64 {
             }
         }
         UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Erf => libm::erf(x),
         UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         UnaryOp::GeluTanh => {
             let k = (2.0 / std::f64::consts::PI).sqrt();

@@ -12,6 +12,12 @@ use crate::{Result, Tensor};
 
 /// Compute node `t` from its inputs' values (row-major, one f64 per element).
 pub fn eval(t: &Tensor, inputs: &[&[f64]]) -> Result<Vec<f64>> {
+    eval_with(t, inputs, false)
+}
+
+/// [`eval`]; with `exact`, float results keep full f64 precision (no rounding to the
+/// node's dtype).
+pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>> {
     let n = t.node();
     let dt = t.dtype();
     let numel = t.numel();
@@ -45,6 +51,9 @@ pub fn eval(t: &Tensor, inputs: &[&[f64]]) -> Result<Vec<f64>> {
         Op::Reduce { op, axes } => reduce::reduce(*op, inputs[0], dims(0), axes),
         Op::Matmul => matmul::matmul(inputs[0], dims(0), inputs[1], dims(1), t.dims()),
     };
+    if exact && dt.is_float() {
+        return Ok(out);
+    }
     if !matches!(n.op, Op::Cast) {
         for v in &mut out {
             *v = dt.round(*v);

@@ -1,0 +1,211 @@
+//! Gradients: every rule of the table checked against central finite differences in f64
+//! on the exact reference, and GPU gradients compared with reference gradients on odd
+//! shapes, on every adapter and fallback path.
+
+mod common;
+
+use common::{assert_close, data, gpu_devices, label, Tol};
+use tessera::{DType, Device, Tensor};
+
+/// One input of a gradient check: shape and value range.
+struct In(&'static [usize], f64, f64);
+
+type Build = dyn Fn(&[Tensor]) -> Tensor;
+
+/// `sum(build(inputs) * w)` with a fixed random weight, so every output element matters.
+fn loss_of(build: &Build, xs: &[Tensor]) -> Tensor {
+    let y = build(xs);
+    let dev = y.device().clone();
+    let w = Tensor::from_slice(&data(y.numel(), 99, -1.0, 1.0), y.dims().to_vec(), &dev).cast(y.dtype());
+    y.mul(&w).sum_all()
+}
+
+fn make_inputs(ins: &[In], dev: &Device, grad: bool) -> Vec<Tensor> {
+    ins.iter()
+        .enumerate()
+        .map(|(k, In(shape, lo, hi))| {
+            let n = shape.iter().product();
+            let v: Vec<f64> = data(n, 7 + k as u64, *lo, *hi).into_iter().map(f64::from).collect();
+            let t = Tensor::from_f64(&v, shape.to_vec(), DType::F32, dev);
+            if grad {
+                t.requires_grad()
+            } else {
+                t
+            }
+        })
+        .collect()
+}
+
+/// Analytic gradients on `dev`, one vector per input.
+fn analytic(build: &Build, ins: &[In], dev: &Device) -> Vec<Vec<f64>> {
+    let xs = make_inputs(ins, dev, true);
+    let loss = loss_of(build, &xs);
+    let grads = loss.backward().unwrap_or_else(|e| panic!("backward on {}: {e}", label(dev)));
+    let gs: Vec<Tensor> = xs.iter().map(|x| grads.get(x).cloned().unwrap_or_else(|| x.zeros_like())).collect();
+    tessera::read_all_blocking(&gs).unwrap_or_else(|e| panic!("gradients on {}: {e}", label(dev)))
+}
+
+/// Check the gradients of `build` by finite differences (exact reference) and on every GPU.
+fn gradcheck(name: &str, ins: &[In], build: &Build) {
+    let exact = Device::cpu_exact();
+    let got = analytic(build, ins, &exact);
+    let base: Vec<Vec<f64>> = {
+        let xs = make_inputs(ins, &exact, false);
+        tessera::read_all_blocking(&xs).unwrap()
+    };
+    let eps = 1e-6;
+    for (i, In(shape, _, _)) in ins.iter().enumerate() {
+        for j in 0..base[i].len() {
+            let eval = |delta: f64| {
+                let xs: Vec<Tensor> = base
+                    .iter()
+                    .zip(ins)
+                    .enumerate()
+                    .map(|(k, (v, In(s, _, _)))| {
+                        let mut v = v.clone();
+                        if k == i {
+                            v[j] += delta;
+                        }
+                        Tensor::from_f64(&v, s.to_vec(), DType::F32, &exact)
+                    })
+                    .collect();
+                loss_of(build, &xs).to_f64_vec_blocking().unwrap()[0]
+            };
+            let fd = (eval(eps) - eval(-eps)) / (2.0 * eps);
+            let a = got[i][j];
+            assert!(
+                (a - fd).abs() <= 1e-6 + 1e-5 * fd.abs(),
+                "{name}: d/dx{i}[{j}] (shape {shape:?}) analytic {a}, finite difference {fd}"
+            );
+        }
+    }
+    let cpu = analytic(build, ins, &Device::cpu());
+    for dev in gpu_devices() {
+        let gpu = analytic(build, ins, dev);
+        for (i, (g, w)) in gpu.iter().zip(&cpu).enumerate() {
+            assert_close(&format!("{name} d/dx{i} on {}", label(dev)), g, w, Tol { atol: 1e-4, rtol: 1e-4 });
+        }
+    }
+}
+
+#[test]
+fn unary_gradients() {
+    type F = fn(&Tensor) -> Tensor;
+    let cases: [(&str, F, f64, f64); 17] = [
+        ("neg", |x| x.neg(), -2.0, 2.0),
+        ("abs", |x| x.abs(), 0.1, 2.0),
+        ("exp", |x| x.exp(), -2.0, 2.0),
+        ("log", |x| x.log(), 0.2, 3.0),
+        ("sqrt", |x| x.sqrt(), 0.2, 3.0),
+        ("rsqrt", |x| x.rsqrt(), 0.2, 3.0),
+        ("sin", |x| x.sin(), -2.0, 2.0),
+        ("cos", |x| x.cos(), -2.0, 2.0),
+        ("tanh", |x| x.tanh(), -2.0, 2.0),
+        ("sigmoid", |x| x.sigmoid(), -3.0, 3.0),
+        ("relu", |x| x.relu(), 0.05, 1.0),
+        ("erf", |x| x.erf(), -2.0, 2.0),
+        ("gelu", |x| x.gelu(), -3.0, 3.0),
+        ("gelu_tanh", |x| x.gelu_tanh(), -3.0, 3.0),
+        ("silu", |x| x.silu(), -3.0, 3.0),
+        ("recip", |x| x.recip(), 0.5, 2.0),
+        ("square", |x| x.square(), -2.0, 2.0),
+    ];
+    // One graph with every function, so each adapter compiles few kernels.
+    gradcheck("unary", &[In(&[3, 5], 0.0, 1.0)], &move |xs: &[Tensor]| {
+        let outs: Vec<Tensor> = cases
+            .iter()
+            .map(|(_, f, lo, hi)| f(&xs[0].mul_scalar(hi - lo).add_scalar(*lo)).reshape(vec![15]))
+            .collect();
+        Tensor::stack(&outs, 0)
+    });
+}
+
+#[test]
+fn binary_gradients_with_broadcasting() {
+    let ins = [In(&[2, 3, 4], 0.5, 2.0), In(&[3, 1], 0.5, 2.0)];
+    gradcheck("binary", &ins, &|xs: &[Tensor]| {
+        let (a, b) = (&xs[0], &xs[1]);
+        Tensor::stack(
+            &[a.add(b), a.sub(b), a.mul(b), a.div(b), a.pow(b), a.maximum(&b.mul_scalar(1.3)), a.minimum(b)],
+            0,
+        )
+    });
+    gradcheck("where_clamp", &[In(&[17], -2.0, 2.0)], &|xs: &[Tensor]| {
+        let x = &xs[0];
+        Tensor::where_(&x.gt_scalar(0.3), &x.square(), &x.mul_scalar(3.0)).add(&x.clamp(-1.0, 1.0))
+    });
+}
+
+#[test]
+fn movement_gradients() {
+    gradcheck("reshape_permute_expand", &[In(&[2, 3, 4], -1.0, 1.0), In(&[4], -1.0, 1.0)], &|xs: &[Tensor]| {
+        let p = xs[0].permute(&[2, 0, 1]).reshape(vec![4, 6]);
+        p.add(&xs[1].reshape(vec![4, 1]).broadcast_to(vec![4, 6])).mul(&xs[1].reshape(vec![4, 1]))
+    });
+    gradcheck("slice_step_pad_concat", &[In(&[5, 7], -1.0, 1.0)], &|xs: &[Tensor]| {
+        let x = &xs[0];
+        let a = x.slice(1, 1, 7, 2).slice(0, 0, 5, 3); // [2, 3]
+        let b = x.narrow(0, 1, 2).pad(&[(1, 0), (0, 2)], 0.5); // [3, 9]
+        let c = Tensor::concat(&[a.reshape(vec![6]), b.reshape(vec![27]), x.reshape(vec![35])], 0);
+        c.square()
+    });
+    let idx = |dev: &Device| Tensor::from_slice(&[2i32, 0, 2, 1], [4], dev);
+    gradcheck("index_select_gather", &[In(&[3, 5], -1.0, 1.0)], &move |xs: &[Tensor]| {
+        let x = &xs[0];
+        let dev = x.device().clone();
+        let sel = x.index_select(0, &idx(&dev)); // [4, 5]
+        let gi = Tensor::from_slice(&[4i32, 0, 0, 3, 1, 1], [3, 2], &dev);
+        let g = x.gather(1, &gi); // [3, 2]
+        Tensor::concat(&[sel.reshape(vec![20]), g.reshape(vec![6])], 0).square()
+    });
+}
+
+#[test]
+fn reduction_and_matmul_gradients() {
+    gradcheck("reductions", &[In(&[3, 4, 5], -2.0, 2.0)], &|xs: &[Tensor]| {
+        let x = &xs[0];
+        Tensor::concat(
+            &[
+                x.sum(&[1], false).reshape(vec![15]),
+                x.mean(&[0, 2], false),
+                x.max(&[2], false).reshape(vec![12]),
+                x.min(&[0], false).reshape(vec![20]),
+                x.var(&[1], false).reshape(vec![15]),
+                x.softmax(-1).reshape(vec![60]),
+                x.log_softmax(1).reshape(vec![60]),
+            ],
+            0,
+        )
+    });
+    gradcheck("matmul_batched", &[In(&[2, 3, 5], -1.0, 1.0), In(&[5, 4], -1.0, 1.0)], &|xs: &[Tensor]| {
+        xs[0].matmul(&xs[1]).add(&xs[0].matmul(&xs[1]).relu())
+    });
+    gradcheck("matmul_transposed", &[In(&[3, 4], -1.0, 1.0), In(&[5, 4], -1.0, 1.0)], &|xs: &[Tensor]| {
+        xs[0].matmul(&xs[1].t())
+    });
+}
+
+#[test]
+fn backward_api() {
+    let dev = Device::cpu();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &dev).requires_grad();
+    let y = Tensor::from_slice(&[4.0f32, 5.0, 6.0], [3], &dev).requires_grad();
+    // A detached branch and a no_grad branch contribute nothing.
+    let frozen = {
+        let _g = tessera::no_grad();
+        x.mul(&y)
+    };
+    let loss = x.mul(&y).sum_all().add(&x.detach().square().sum_all()).add(&frozen.sum_all());
+    let g = loss.backward().unwrap();
+    assert_eq!(g.get(&x).unwrap().to_vec_blocking::<f32>().unwrap(), vec![4.0, 5.0, 6.0]);
+    assert_eq!(g.get(&y).unwrap().to_vec_blocking::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    // A tensor used twice accumulates both paths.
+    let g2 = x.mul(&x).add(&x).sum_all().backward().unwrap();
+    assert_eq!(g2.get(&x).unwrap().to_vec_blocking::<f32>().unwrap(), vec![3.0, 5.0, 7.0]);
+    // Errors, not panics.
+    assert!(x.mul(&y).backward().is_err(), "a non-scalar loss needs a seed");
+    let unrelated = Tensor::ones([1], DType::F32, &dev);
+    assert!(unrelated.backward().unwrap().is_empty());
+    let bad = x.reshape(vec![7]);
+    assert!(bad.sum_all().backward().is_err(), "a failed graph returns its error");
+}
