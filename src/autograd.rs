@@ -61,6 +61,18 @@ impl Gradients {
         self.map.is_empty()
     }
 
+    /// Set the gradient of `t`.
+    pub fn insert(&mut self, t: &Tensor, g: Tensor) {
+        self.map.insert(t.id(), g);
+    }
+
+    /// Replace every gradient with `f(gradient)`.
+    pub fn map_all(&mut self, f: impl Fn(&Tensor) -> Tensor) {
+        for g in self.map.values_mut() {
+            *g = f(g);
+        }
+    }
+
     /// Every gradient (lazy tensors), in no particular order.
     pub fn tensors(&self) -> Vec<Tensor> {
         self.map.values().cloned().collect()

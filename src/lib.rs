@@ -30,6 +30,7 @@ pub mod kernels;
 pub mod models;
 pub mod nn;
 pub mod ops;
+pub mod optim;
 pub mod quant;
 pub mod reference;
 pub mod shape;

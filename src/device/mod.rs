@@ -336,15 +336,23 @@ impl Device {
 
     /// Realise `targets` (one submit on a GPU) and keep their values on the device.
     pub async fn realize(&self, targets: &[Tensor]) -> Result<()> {
-        self.run(targets, false).await.map(|_| ())
+        self.run(targets, 0).await.map(|_| ())
     }
 
     /// Realise `targets` and read them back as f64 (one submit on a GPU).
     pub async fn read(&self, targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
-        Ok(self.run(targets, true).await?.unwrap_or_default())
+        Ok(self.run(targets, targets.len()).await?.unwrap_or_default())
     }
 
-    async fn run(&self, targets: &[Tensor], read: bool) -> Result<Option<Vec<Vec<f64>>>> {
+    /// Realise `read` and `keep` together (one submit on a GPU); read back only `read`.
+    /// A training step uses it: the loss is read, the new parameters stay on the device.
+    pub async fn read_and_realize(&self, read: &[Tensor], keep: &[Tensor]) -> Result<Vec<Vec<f64>>> {
+        let mut all = read.to_vec();
+        all.extend_from_slice(keep);
+        Ok(self.run(&all, read.len()).await?.unwrap_or_default())
+    }
+
+    async fn run(&self, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
         for t in targets {
             t.check()?;
             if !t.device().same(self) {
@@ -357,10 +365,11 @@ impl Device {
             }
         }
         match &self.0.backend {
-            Backend::Gpu(g) => crate::graph::execute::run(g, self, targets, read).await,
+            Backend::Gpu(g) => crate::graph::execute::run(g, self, targets, n_read).await,
             Backend::Cpu { exact } => {
-                let vals = crate::graph::interpret::run(targets, *exact)?;
-                Ok(read.then_some(vals))
+                let mut vals = crate::graph::interpret::run(targets, *exact)?;
+                vals.truncate(n_read);
+                Ok((n_read > 0).then_some(vals))
             }
         }
     }

@@ -90,13 +90,15 @@ fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResour
     wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: wgpu::BufferSize::new(size) })
 }
 
-/// Run a realisation of `targets` on the GPU. With `read`, also return their values.
+/// Run a realisation of `targets` on the GPU and return the values of the first `n_read`
+/// of them (`None` when `n_read` is 0).
 pub(crate) async fn run(
     ctx: &GpuContext,
     dev: &Device,
     targets: &[Tensor],
-    read: bool,
+    n_read: usize,
 ) -> Result<Option<Vec<Vec<f64>>>> {
+    let read = n_read > 0;
     let _serial = ctx.exclusive();
     ctx.check_alive()?;
     ctx.take_uncaptured("an earlier operation")?;
@@ -171,7 +173,14 @@ pub(crate) async fn run(
         }
         match t.storage() {
             Some(Storage::Gpu(g)) => {
-                inherited.extend(g.checks.iter().cloned());
+                // Carry each unresolved (or failed) check once: passed ones are dropped,
+                // so a chain of realisations does not accumulate them.
+                for c in &g.checks {
+                    let passed = matches!(c.result.lock().as_deref(), Ok(Some(Ok(()))));
+                    if !passed && !inherited.iter().any(|x| Arc::ptr_eq(x, c)) {
+                        inherited.push(c.clone());
+                    }
+                }
                 Ok(g.buffer.clone())
             }
             _ => Err(Error::Gpu { context: "realise".into(), message: format!("tensor {} has no GPU buffer", t.id()) }),
@@ -229,7 +238,7 @@ pub(crate) async fn run(
     // Readback copies and status copies go in the same encoder.
     let mut staging = Vec::new();
     if read {
-        for t in targets {
+        for t in &targets[..n_read.min(targets.len())] {
             let src = buffer_of(t, &produced)?;
             let bytes = storage_bytes(t);
             let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
@@ -276,5 +285,11 @@ pub(crate) async fn run(
     ctx.resolve_checks(&checks).await?;
     let bufs: Vec<(&wgpu::Buffer, u64)> = staging.iter().map(|(b, n)| (b.buffer(), *n)).collect();
     let bytes = ctx.map_read(&bufs).await?;
-    Ok(Some(targets.iter().zip(bytes).map(|(t, b)| crate::dtype::decode(t.dtype(), &b, t.numel())).collect()))
+    Ok(Some(
+        targets[..n_read.min(targets.len())]
+            .iter()
+            .zip(bytes)
+            .map(|(t, b)| crate::dtype::decode(t.dtype(), &b, t.numel()))
+            .collect(),
+    ))
 }

@@ -1,8 +1,12 @@
 //! Model files: safetensors (mmap'd, every dtype the format has) and GGUF (F32, F16,
 //! Q8_0, Q4_0), both read and written.
 
+pub mod checkpoint;
 pub mod gguf;
+pub mod mnist;
 pub mod safetensors;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod tensorboard;
 
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 
@@ -24,12 +28,23 @@ pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    // Temp files left by a save that was killed are removed by the next one.
+    let stem = format!(".{name}.tmp-");
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&stem) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let tmp = dir.join(format!("{stem}{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
+    let written = f.write_all(bytes).and_then(|_| f.sync_all());
     drop(f);
-    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }

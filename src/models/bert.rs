@@ -3,7 +3,7 @@
 //! all-MiniLM-L6-v2 does.
 
 use crate::io::safetensors::{self, TensorFile};
-use crate::nn::{Embedding, LayerNorm, Linear, Module};
+use crate::nn::{Embedding, LayerNorm, Linear, Module, Slot};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// The fields of a Hugging Face `config.json` that BERT needs.
@@ -141,6 +141,7 @@ pub fn estimate_memory(c: &BertConfig, batch: usize, seq: usize, dtype: DType) -
     MemoryEstimate { weights, activations, largest_buffer: largest }
 }
 
+#[derive(Clone)]
 struct Layer {
     query: Linear,
     key: Linear,
@@ -153,6 +154,7 @@ struct Layer {
 }
 
 /// A BERT encoder.
+#[derive(Clone)]
 pub struct BertModel {
     pub config: BertConfig,
     word: Embedding,
@@ -288,20 +290,26 @@ impl BertModel {
 }
 
 impl Module for BertModel {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = Vec::new();
-        v.extend(self.word.named_parameters());
-        v.extend(self.position.named_parameters());
-        v.extend(self.token_type.named_parameters());
-        v.extend(self.emb_ln.named_parameters());
-        for l in &self.layers {
-            for m in [&l.query, &l.key, &l.value, &l.attn_out, &l.inter, &l.out] {
-                v.extend(m.named_parameters());
+    // Loaded layers carry their full names, so the prefix is theirs.
+    fn slots<'a>(&'a mut self, _prefix: &str, out: &mut Vec<Slot<'a>>) {
+        let n = self.word.name.clone();
+        self.word.slots(&n, out);
+        let n = self.position.name.clone();
+        self.position.slots(&n, out);
+        let n = self.token_type.name.clone();
+        self.token_type.slots(&n, out);
+        let n = self.emb_ln.name.clone();
+        self.emb_ln.slots(&n, out);
+        for l in &mut self.layers {
+            for m in [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.inter, &mut l.out] {
+                let n = m.name.clone();
+                m.slots(&n, out);
             }
-            v.extend(l.attn_ln.named_parameters());
-            v.extend(l.out_ln.named_parameters());
+            let n = l.attn_ln.name.clone();
+            l.attn_ln.slots(&n, out);
+            let n = l.out_ln.name.clone();
+            l.out_ln.slots(&n, out);
         }
-        v
     }
 }
 
@@ -353,7 +361,7 @@ pub fn load_dir(dir: &std::path::Path, device: &Device) -> Result<BertModel> {
 /// with its config in the metadata.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn save(model: &BertModel, path: &std::path::Path) -> Result<()> {
-    let params = model.named_parameters();
+    let params = model.clone().named_parameters();
     if path.extension().is_some_and(|e| e == "gguf") {
         let tensors = pollster::block_on(crate::io::gguf::tensors_to_data(&params))?;
         let file = crate::io::gguf::GgufFile {

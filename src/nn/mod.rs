@@ -1,121 +1,102 @@
-//! Neural-network modules built from Tensor ops. Parameters are named as safetensors
-//! files name them (`<prefix>.weight`, `<prefix>.bias`), so a module loads straight
-//! from a checkpoint.
+//! Neural-network modules, losses and initialisers built from Tensor ops.
+//!
+//! A [`Module`] exposes its state as named [`Slot`]s: trainable parameters and buffers
+//! (running statistics). Names follow PyTorch's state-dict convention (`0.weight`,
+//! `encoder.layers.1.linear1.bias`), so a module saves to and loads from safetensors.
+//! [`Layer`] adds `forward` for modules that map one tensor to one tensor.
 
-use crate::io::safetensors::TensorFile;
-use crate::{DType, Result, Tensor};
+pub mod attention;
+pub mod conv;
+pub mod init;
+pub mod layers;
+pub mod loss;
 
-/// Something with named parameters.
-pub trait Module {
-    /// Every parameter, with its full name.
-    fn named_parameters(&self) -> Vec<(String, Tensor)>;
-}
+pub use attention::{MultiHeadAttention, TransformerEncoderLayer};
+pub use conv::{AvgPool2d, BatchNorm2d, Conv2d, MaxPool2d};
+pub use layers::{Activation, Dropout, Embedding, Flatten, LayerNorm, Linear, RMSNorm, Sequential};
 
-/// `y = x W^T + b`, with `W` stored `[out, in]` as PyTorch stores it. The weight may be
-/// f32, f16 (activations are cast to f16 for the product) or Q8_0/Q4_0 (dequantised as
-/// the matmul loads its tiles; the product is f32).
-#[derive(Clone, Debug)]
-pub struct Linear {
+use crate::{Error, Result, Tensor};
+use std::collections::HashMap;
+
+/// One named tensor of a module's state.
+pub struct Slot<'a> {
+    /// Full state-dict name.
     pub name: String,
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
+    /// The tensor; an optimiser replaces it with the updated value.
+    pub tensor: &'a mut Tensor,
+    /// Trainable parameter (`true`) or buffer such as a running mean (`false`).
+    pub trainable: bool,
 }
 
-impl Linear {
-    /// Take `<prefix>.weight` and, if present, `<prefix>.bias` from a file.
-    pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Linear> {
-        let weight = file.take(&format!("{prefix}.weight"))?;
-        let bias = file.tensors.remove(&format!("{prefix}.bias"));
-        Ok(Linear { name: prefix.to_string(), weight, bias })
+/// `prefix.name`, or `name` when the prefix is empty.
+pub fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// Something with named state.
+pub trait Module: Send + Sync {
+    /// Push every slot of this module (and its children) under `prefix`.
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>);
+
+    /// Switch between training and evaluation behaviour (dropout, batch norm).
+    fn set_training(&mut self, _training: bool) {}
+
+    /// Trainable parameters with their names.
+    fn named_parameters(&mut self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        self.slots("", &mut v);
+        v.into_iter().filter(|s| s.trainable).map(|s| (s.name, s.tensor.clone())).collect()
     }
 
-    /// Apply to `x` of shape `[.., in]`.
-    #[track_caller]
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let y = if self.weight.dtype() == DType::F16 && x.dtype() != DType::F16 {
-            x.cast(DType::F16).matmul(&self.weight.t()).cast(x.dtype())
-        } else {
-            x.matmul(&self.weight.t())
-        };
-        match &self.bias {
-            Some(b) => y.add(b),
-            None => y,
+    /// Every slot (parameters and buffers) with its name.
+    fn state_dict(&mut self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        self.slots("", &mut v);
+        v.into_iter().map(|s| (s.name, s.tensor.clone())).collect()
+    }
+
+    /// Replace every slot with the tensor of the same name and shape from `state`.
+    /// Missing names or shape mismatches are errors; nothing changes unless all fit.
+    fn load_state_dict(&mut self, state: &HashMap<String, Tensor>) -> Result<()> {
+        let mut v = Vec::new();
+        self.slots("", &mut v);
+        for s in &v {
+            let t = state
+                .get(&s.name)
+                .ok_or_else(|| Error::Format { format: "state dict", detail: format!("no tensor named {}", s.name) })?;
+            if t.dims() != s.tensor.dims() || t.dtype() != s.tensor.dtype() {
+                return Err(Error::Format {
+                    format: "state dict",
+                    detail: format!(
+                        "{}: stored {} {:?}, module holds {} {:?}",
+                        s.name,
+                        t.dtype(),
+                        t.dims(),
+                        s.tensor.dtype(),
+                        s.tensor.dims()
+                    ),
+                });
+            }
         }
-    }
-}
-
-impl Module for Linear {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![(format!("{}.weight", self.name), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push((format!("{}.bias", self.name), b.clone()));
+        for s in v {
+            let t = state[&s.name].clone();
+            *s.tensor = if s.trainable { t.detach().requires_grad() } else { t.detach() };
         }
-        v
+        Ok(())
+    }
+
+    /// Number of trainable scalars.
+    fn num_parameters(&mut self) -> usize {
+        self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
     }
 }
 
-/// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * weight + bias`.
-#[derive(Clone, Debug)]
-pub struct LayerNorm {
-    pub name: String,
-    pub weight: Tensor,
-    pub bias: Tensor,
-    pub eps: f64,
-}
-
-impl LayerNorm {
-    /// Take `<prefix>.weight` and `<prefix>.bias` from a file.
-    pub fn load(file: &mut TensorFile, prefix: &str, eps: f64) -> Result<LayerNorm> {
-        Ok(LayerNorm {
-            name: prefix.to_string(),
-            weight: file.take(&format!("{prefix}.weight"))?,
-            bias: file.take(&format!("{prefix}.bias"))?,
-            eps,
-        })
-    }
-
-    /// Normalise `x` over its last axis.
-    #[track_caller]
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let mu = x.mean(&[-1], true);
-        let xc = x - &mu;
-        let var = xc.square().mean(&[-1], true);
-        xc * (var + self.eps as f32).rsqrt() * &self.weight + &self.bias
-    }
-}
-
-impl Module for LayerNorm {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![(format!("{}.weight", self.name), self.weight.clone()), (format!("{}.bias", self.name), self.bias.clone())]
-    }
-}
-
-/// A lookup table `[num, dim]`: ids of any shape give `[.., dim]`. The table may be
-/// quantised; rows come out f32.
-#[derive(Clone, Debug)]
-pub struct Embedding {
-    pub name: String,
-    pub weight: Tensor,
-}
-
-impl Embedding {
-    /// Take `<prefix>.weight` from a file.
-    pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Embedding> {
-        Ok(Embedding { name: prefix.to_string(), weight: file.take(&format!("{prefix}.weight"))? })
-    }
-
-    /// Rows of the table for integer `ids`.
-    #[track_caller]
-    pub fn forward(&self, ids: &Tensor) -> Tensor {
-        let dim = self.weight.dims().last().copied().unwrap_or(0);
-        let mut shape = ids.dims().to_vec();
-        shape.push(dim);
-        self.weight.index_select(0, &ids.flatten()).reshape(shape)
-    }
-}
-
-impl Module for Embedding {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![(format!("{}.weight", self.name), self.weight.clone())]
-    }
+/// A module that maps one tensor to one tensor.
+pub trait Layer: Module {
+    /// Apply to `x`.
+    fn forward(&self, x: &Tensor) -> Tensor;
 }

@@ -6,6 +6,7 @@ pub mod creation;
 pub mod elementwise;
 pub mod matmul;
 pub mod movement;
+pub mod nn;
 pub mod reduce;
 
 use crate::shape::normalize_axis;

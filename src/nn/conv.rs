@@ -1,0 +1,163 @@
+//! Convolution, pooling and batch normalisation layers.
+
+use super::{init, join, Layer, Module, Slot};
+use crate::ops::nn::Conv2dOptions;
+use crate::{no_grad, DType, Device, Tensor};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// 2-D convolution over `[N, C, H, W]` with weight `[O, C/groups, KH, KW]`.
+#[derive(Clone, Debug)]
+pub struct Conv2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: Conv2dOptions,
+}
+
+impl Conv2d {
+    /// A trainable `k x k` convolution with PyTorch's default initialisation.
+    pub fn new(in_ch: usize, out_ch: usize, k: usize, options: Conv2dOptions, seed: u64, dev: &Device) -> Conv2d {
+        let g = options.groups.max(1);
+        let fan_in = in_ch / g * k * k;
+        let weight = init::torch_default(&[out_ch, in_ch / g, k, k], fan_in, seed, dev).requires_grad();
+        let bias = Some(init::torch_default(&[out_ch], fan_in, seed ^ 0xb1a5, dev).requires_grad());
+        Conv2d { weight, bias, options }
+    }
+}
+
+impl Module for Conv2d {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+        if let Some(b) = &mut self.bias {
+            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
+        }
+    }
+}
+
+impl Layer for Conv2d {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.conv2d(&self.weight, self.bias.as_ref(), self.options)
+    }
+}
+
+/// Max pooling with a square window.
+#[derive(Clone, Copy, Debug)]
+pub struct MaxPool2d {
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+}
+
+impl MaxPool2d {
+    /// Window `k`, stride `k`, no padding.
+    pub fn new(k: usize) -> MaxPool2d {
+        MaxPool2d { kernel: k, stride: k, padding: 0 }
+    }
+}
+
+impl Module for MaxPool2d {
+    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+}
+
+impl Layer for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.max_pool2d(self.kernel, self.stride, self.padding)
+    }
+}
+
+/// Average pooling with a square window.
+#[derive(Clone, Copy, Debug)]
+pub struct AvgPool2d {
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+}
+
+impl AvgPool2d {
+    /// Window `k`, stride `k`, no padding.
+    pub fn new(k: usize) -> AvgPool2d {
+        AvgPool2d { kernel: k, stride: k, padding: 0 }
+    }
+}
+
+impl Module for AvgPool2d {
+    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+}
+
+impl Layer for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.avg_pool2d(self.kernel, self.stride, self.padding)
+    }
+}
+
+/// Batch normalisation over `[N, C, H, W]` per channel. In training it normalises with
+/// the batch statistics and updates the running ones (buffers); in evaluation it uses
+/// the running ones.
+#[derive(Debug)]
+pub struct BatchNorm2d {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    pub running_mean: Mutex<Tensor>,
+    pub running_var: Mutex<Tensor>,
+    pub momentum: f64,
+    pub eps: f64,
+    training: AtomicBool,
+}
+
+impl BatchNorm2d {
+    /// Over `channels`, momentum 0.1 and eps 1e-5 as PyTorch.
+    pub fn new(channels: usize, dev: &Device) -> BatchNorm2d {
+        BatchNorm2d {
+            weight: Tensor::ones([channels], DType::F32, dev).requires_grad(),
+            bias: Tensor::zeros([channels], DType::F32, dev).requires_grad(),
+            running_mean: Mutex::new(Tensor::zeros([channels], DType::F32, dev)),
+            running_var: Mutex::new(Tensor::ones([channels], DType::F32, dev)),
+            momentum: 0.1,
+            eps: 1e-5,
+            training: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+        out.push(Slot { name: join(prefix, "bias"), tensor: &mut self.bias, trainable: true });
+        let rm = self.running_mean.get_mut().unwrap_or_else(|e| e.into_inner());
+        out.push(Slot { name: join(prefix, "running_mean"), tensor: rm, trainable: false });
+        let rv = self.running_var.get_mut().unwrap_or_else(|e| e.into_inner());
+        out.push(Slot { name: join(prefix, "running_var"), tensor: rv, trainable: false });
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training.store(training, Ordering::Relaxed);
+    }
+}
+
+impl Layer for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let c = self.weight.numel();
+        let shape = vec![1, c, 1, 1];
+        let (mean, var) = if self.training.load(Ordering::Relaxed) {
+            let mean = x.mean(&[0, 2, 3], true);
+            let var = x.sub(&mean).square().mean(&[0, 2, 3], true);
+            let n = (x.numel() / c.max(1)) as f64;
+            let _g = no_grad();
+            let m = self.momentum;
+            let mut rm = self.running_mean.lock().unwrap_or_else(|e| e.into_inner());
+            *rm = rm.mul_scalar(1.0 - m).add(&mean.detach().reshape(vec![c]).mul_scalar(m));
+            let mut rv = self.running_var.lock().unwrap_or_else(|e| e.into_inner());
+            let unbiased = var.detach().reshape(vec![c]).mul_scalar(n / (n - 1.0).max(1.0));
+            *rv = rv.mul_scalar(1.0 - m).add(&unbiased.mul_scalar(m));
+            (mean, var)
+        } else {
+            let rm = self.running_mean.lock().unwrap_or_else(|e| e.into_inner()).reshape(shape.clone());
+            let rv = self.running_var.lock().unwrap_or_else(|e| e.into_inner()).reshape(shape.clone());
+            (rm, rv)
+        };
+        x.sub(&mean)
+            .mul(&var.add_scalar(self.eps).rsqrt())
+            .mul(&self.weight.reshape(shape.clone()))
+            .add(&self.bias.reshape(shape))
+    }
+}

@@ -1,0 +1,344 @@
+//! Dense layers: Linear, LayerNorm, RMSNorm, Embedding, Dropout, activations, Flatten
+//! and Sequential.
+
+use super::{init, join, Layer, Module, Slot};
+use crate::io::safetensors::TensorFile;
+use crate::{DType, Device, Result, Tensor};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// `y = x W^T + b`, with `W` stored `[out, in]` as PyTorch stores it. The weight may be
+/// f32, f16 (activations are cast to f16 for the product) or Q8_0/Q4_0 (dequantised as
+/// the matmul loads its tiles; the product is f32). With `compute_dtype` F16 an f32
+/// weight is cast to f16 for the product (mixed precision, f32 master weights).
+#[derive(Clone, Debug)]
+pub struct Linear {
+    /// The prefix this layer was loaded under (empty for layers built with `new`).
+    pub name: String,
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    /// Dtype the product runs in (`F32` by default).
+    pub compute_dtype: DType,
+}
+
+impl Linear {
+    /// A trainable layer with PyTorch's default initialisation.
+    pub fn new(in_features: usize, out_features: usize, bias: bool, seed: u64, dev: &Device) -> Linear {
+        let weight = init::torch_default(&[out_features, in_features], in_features, seed, dev).requires_grad();
+        let bias = bias.then(|| init::torch_default(&[out_features], in_features, seed ^ 0xb1a5, dev).requires_grad());
+        Linear { name: String::new(), weight, bias, compute_dtype: DType::F32 }
+    }
+
+    /// Take `<prefix>.weight` and, if present, `<prefix>.bias` from a file.
+    pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Linear> {
+        let weight = file.take(&format!("{prefix}.weight"))?;
+        let bias = file.tensors.remove(&format!("{prefix}.bias"));
+        Ok(Linear { name: prefix.to_string(), weight, bias, compute_dtype: DType::F32 })
+    }
+
+    /// Apply to `x` of shape `[.., in]`.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let wdt = self.weight.dtype();
+        let half = wdt == DType::F16 || (self.compute_dtype == DType::F16 && wdt == DType::F32);
+        // Flatten leading axes: one 2-D product instead of a batch of them.
+        let (lead, inner) = x.dims().split_at(x.rank().saturating_sub(1));
+        let x2 = if x.rank() > 2 { x.reshape(vec![lead.iter().product(), inner[0]]) } else { x.clone() };
+        let y = if half {
+            let w = if wdt == DType::F16 { self.weight.clone() } else { self.weight.cast(DType::F16) };
+            let xh = if x2.dtype() == DType::F16 { x2.clone() } else { x2.cast(DType::F16) };
+            xh.matmul(&w.t()).cast(x.dtype())
+        } else {
+            x2.matmul(&self.weight.t())
+        };
+        let y = match &self.bias {
+            Some(b) => y.add(b),
+            None => y,
+        };
+        if x.rank() > 2 {
+            let mut d = lead.to_vec();
+            d.push(self.weight.dims()[0]);
+            y.reshape(d)
+        } else {
+            y
+        }
+    }
+}
+
+impl Module for Linear {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+        if let Some(b) = &mut self.bias {
+            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
+        }
+    }
+}
+
+impl Layer for Linear {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        Linear::forward(self, x)
+    }
+}
+
+/// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * weight + bias`.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    pub name: String,
+    pub weight: Tensor,
+    pub bias: Tensor,
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// A trainable layer over `dim` features (weight 1, bias 0).
+    pub fn new(dim: usize, eps: f64, dev: &Device) -> LayerNorm {
+        LayerNorm {
+            name: String::new(),
+            weight: Tensor::ones([dim], DType::F32, dev).requires_grad(),
+            bias: Tensor::zeros([dim], DType::F32, dev).requires_grad(),
+            eps,
+        }
+    }
+
+    /// Take `<prefix>.weight` and `<prefix>.bias` from a file.
+    pub fn load(file: &mut TensorFile, prefix: &str, eps: f64) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            name: prefix.to_string(),
+            weight: file.take(&format!("{prefix}.weight"))?,
+            bias: file.take(&format!("{prefix}.bias"))?,
+            eps,
+        })
+    }
+
+    /// Normalise `x` over its last axis.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.layer_norm(Some(&self.weight), Some(&self.bias), self.eps)
+    }
+}
+
+impl Module for LayerNorm {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+        out.push(Slot { name: join(prefix, "bias"), tensor: &mut self.bias, trainable: true });
+    }
+}
+
+impl Layer for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        LayerNorm::forward(self, x)
+    }
+}
+
+/// RMS normalisation over the last axis with a learned scale.
+#[derive(Clone, Debug)]
+pub struct RMSNorm {
+    pub weight: Tensor,
+    pub eps: f64,
+}
+
+impl RMSNorm {
+    /// A trainable layer over `dim` features (weight 1).
+    pub fn new(dim: usize, eps: f64, dev: &Device) -> RMSNorm {
+        RMSNorm { weight: Tensor::ones([dim], DType::F32, dev).requires_grad(), eps }
+    }
+}
+
+impl Module for RMSNorm {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+    }
+}
+
+impl Layer for RMSNorm {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.rms_norm(Some(&self.weight), self.eps)
+    }
+}
+
+/// A lookup table `[num, dim]`: ids of any shape give `[.., dim]`. The table may be
+/// quantised; rows come out f32.
+#[derive(Clone, Debug)]
+pub struct Embedding {
+    pub name: String,
+    pub weight: Tensor,
+}
+
+impl Embedding {
+    /// A trainable table initialised from N(0, 1), as PyTorch does.
+    pub fn new(num: usize, dim: usize, seed: u64, dev: &Device) -> Embedding {
+        Embedding { name: String::new(), weight: init::normal(&[num, dim], 1.0, seed, dev).requires_grad() }
+    }
+
+    /// Take `<prefix>.weight` from a file.
+    pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Embedding> {
+        Ok(Embedding { name: prefix.to_string(), weight: file.take(&format!("{prefix}.weight"))? })
+    }
+
+    /// Rows of the table for integer `ids`.
+    #[track_caller]
+    pub fn forward(&self, ids: &Tensor) -> Tensor {
+        let dim = self.weight.dims().last().copied().unwrap_or(0);
+        let mut shape = ids.dims().to_vec();
+        shape.push(dim);
+        self.weight.index_select(0, &ids.flatten()).reshape(shape)
+    }
+}
+
+impl Module for Embedding {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+    }
+}
+
+impl Layer for Embedding {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        Embedding::forward(self, x)
+    }
+}
+
+/// Inverted dropout with a counter-based RNG: each call draws a fresh seeded mask, so
+/// a run is reproducible and its RNG state is one counter ([`Dropout::counter`]).
+#[derive(Debug)]
+pub struct Dropout {
+    pub p: f64,
+    pub seed: u64,
+    counter: AtomicU64,
+    training: AtomicBool,
+}
+
+impl Dropout {
+    /// Drop with probability `p`; masks derive from `seed`.
+    pub fn new(p: f64, seed: u64) -> Dropout {
+        Dropout { p: p.clamp(0.0, 1.0), seed, counter: AtomicU64::new(0), training: AtomicBool::new(true) }
+    }
+
+    /// How many masks have been drawn (the RNG state to checkpoint).
+    pub fn counter(&self) -> u64 {
+        self.counter.load(Ordering::Relaxed)
+    }
+
+    /// Restore the RNG state.
+    pub fn set_counter(&self, c: u64) {
+        self.counter.store(c, Ordering::Relaxed);
+    }
+}
+
+impl Clone for Dropout {
+    fn clone(&self) -> Self {
+        Dropout {
+            p: self.p,
+            seed: self.seed,
+            counter: AtomicU64::new(self.counter()),
+            training: AtomicBool::new(self.training.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl Module for Dropout {
+    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+    fn set_training(&mut self, training: bool) {
+        self.training.store(training, Ordering::Relaxed);
+    }
+}
+
+impl Layer for Dropout {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        if !self.training.load(Ordering::Relaxed) || self.p == 0.0 {
+            return x.clone();
+        }
+        let c = self.counter.fetch_add(1, Ordering::Relaxed);
+        let seed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(c);
+        let keep = Tensor::rand(x.dims().to_vec(), seed, x.device()).ge_scalar(self.p);
+        x.mul(&keep.cast(x.dtype())).mul_scalar(1.0 / (1.0 - self.p).max(1e-12))
+    }
+}
+
+/// Element-wise activations as layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Relu,
+    Gelu,
+    GeluTanh,
+    Silu,
+    Tanh,
+    Sigmoid,
+}
+
+impl Activation {
+    /// Apply to `x`.
+    pub fn apply(self, x: &Tensor) -> Tensor {
+        match self {
+            Activation::Relu => x.relu(),
+            Activation::Gelu => x.gelu(),
+            Activation::GeluTanh => x.gelu_tanh(),
+            Activation::Silu => x.silu(),
+            Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => x.sigmoid(),
+        }
+    }
+}
+
+impl Module for Activation {
+    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+}
+
+impl Layer for Activation {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.apply(x)
+    }
+}
+
+/// `[N, ...]` to `[N, prod(...)]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Flatten;
+
+impl Module for Flatten {
+    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+}
+
+impl Layer for Flatten {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let n = x.dims().first().copied().unwrap_or(1);
+        x.reshape(vec![n, x.numel() / n.max(1)])
+    }
+}
+
+/// Layers applied in order; slots are named by position (`0.weight`, `2.bias`).
+#[derive(Default)]
+pub struct Sequential {
+    pub layers: Vec<Box<dyn Layer>>,
+}
+
+impl Sequential {
+    /// An empty stack.
+    pub fn new() -> Sequential {
+        Sequential::default()
+    }
+
+    /// Append a layer (builder style).
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(mut self, layer: impl Layer + 'static) -> Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+}
+
+impl Module for Sequential {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            l.slots(&join(prefix, &i.to_string()), out);
+        }
+    }
+
+    fn set_training(&mut self, training: bool) {
+        for l in &mut self.layers {
+            l.set_training(training);
+        }
+    }
+}
+
+impl Layer for Sequential {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.layers.iter().fold(x.clone(), |h, l| l.forward(&h))
+    }
+}

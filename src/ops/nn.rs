@@ -1,0 +1,251 @@
+//! Neural-network ops composed from the core ops: conv2d (as im2col + batched matmul),
+//! pooling, normalisation and scaled-dot-product attention. Being compositions, they
+//! fuse like any other chain and their gradients come from the core rules.
+
+use super::{arg_err, precheck, shape_err, Loc};
+use crate::{DType, Result, Tensor};
+use std::panic::Location;
+
+/// Geometry of a 2-D convolution or pooling window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
+    }
+}
+
+impl Conv2dOptions {
+    /// Stride `s` and padding `p` on both axes.
+    pub fn new(stride: usize, padding: usize) -> Self {
+        Conv2dOptions { stride: (stride, stride), padding: (padding, padding), ..Default::default() }
+    }
+}
+
+fn out_size(n: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    let padded = n.checked_add(2 * p)?;
+    if s == 0 || padded < span {
+        return None;
+    }
+    Some((padded - span) / s + 1)
+}
+
+impl Tensor {
+    /// The `kh x kw` windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col).
+    fn windows(&self, kh: usize, kw: usize, o: &Conv2dOptions, pad_value: f64, loc: Loc) -> Result<Tensor> {
+        let d = self.dims();
+        let (h, w) = (d[2], d[3]);
+        let oh = out_size(h, kh, o.stride.0, o.padding.0, o.dilation.0);
+        let ow = out_size(w, kw, o.stride.1, o.padding.1, o.dilation.1);
+        let (Some(oh), Some(ow)) = (oh, ow) else {
+            return Err(shape_err(
+                "conv2d",
+                &[d],
+                format!("a {kh}x{kw} window with {o:?} does not fit a {h}x{w} input"),
+                loc,
+            ));
+        };
+        let xp = self.pad(&[(0, 0), (0, 0), (o.padding.0, o.padding.0), (o.padding.1, o.padding.1)], pad_value);
+        let mut patches = Vec::with_capacity(kh * kw);
+        for i in 0..kh {
+            for j in 0..kw {
+                let (r0, c0) = (i * o.dilation.0, j * o.dilation.1);
+                let p = xp.slice(2, r0 as isize, (r0 + (oh - 1) * o.stride.0 + 1) as isize, o.stride.0).slice(
+                    3,
+                    c0 as isize,
+                    (c0 + (ow - 1) * o.stride.1 + 1) as isize,
+                    o.stride.1,
+                );
+                patches.push(p);
+            }
+        }
+        Ok(Tensor::stack(&patches, 2))
+    }
+
+    /// 2-D convolution (cross-correlation, as PyTorch): `self` is `[N, C, H, W]`,
+    /// `weight` `[O, C/groups, KH, KW]`, `bias` `[O]`. Depthwise is `groups == C`.
+    #[track_caller]
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2dOptions) -> Tensor {
+        let loc = Location::caller();
+        self.lift(conv2d_impl(self, weight, bias, opts, loc))
+    }
+
+    /// Max pooling over `k x k` windows with `stride` (padding pads with -inf).
+    #[track_caller]
+    pub fn max_pool2d(&self, k: usize, stride: usize, padding: usize) -> Tensor {
+        let loc = Location::caller();
+        self.lift(pool_impl(self, k, stride, padding, true, loc))
+    }
+
+    /// Average pooling over `k x k` windows with `stride` (zero padding counts).
+    #[track_caller]
+    pub fn avg_pool2d(&self, k: usize, stride: usize, padding: usize) -> Tensor {
+        let loc = Location::caller();
+        self.lift(pool_impl(self, k, stride, padding, false, loc))
+    }
+
+    /// Layer normalisation over the last axis, with optional affine `weight` and `bias`.
+    #[track_caller]
+    pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
+        let mu = self.mean(&[-1], true);
+        let xc = self.sub(&mu);
+        let var = xc.square().mean(&[-1], true);
+        let mut y = xc.mul(&var.add_scalar(eps).rsqrt());
+        if let Some(w) = weight {
+            y = y.mul(w);
+        }
+        if let Some(b) = bias {
+            y = y.add(b);
+        }
+        y
+    }
+
+    /// RMS normalisation over the last axis: `x / sqrt(mean(x^2) + eps) * weight`.
+    #[track_caller]
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Tensor {
+        let y = self.mul(&self.square().mean(&[-1], true).add_scalar(eps).rsqrt());
+        match weight {
+            Some(w) => y.mul(w),
+            None => y,
+        }
+    }
+
+    /// `softmax(q k^T / sqrt(d) + mask) v` over the last two axes. `q` is `[.., T, d]`,
+    /// `k` `[.., S, d]`, `v` `[.., S, dv]`. `mask` is a Bool keep-mask or a float bias
+    /// broadcastable to `[.., T, S]`; `causal` hides keys after each query.
+    #[track_caller]
+    pub fn scaled_dot_product_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        causal: bool,
+    ) -> Tensor {
+        let loc = Location::caller();
+        q.lift(sdpa_impl(q, k, v, mask, causal, loc))
+    }
+}
+
+fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, loc: Loc) -> Result<Tensor> {
+    let mut ts = vec![x, w];
+    ts.extend(bias);
+    precheck("conv2d", &ts, loc)?;
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err(shape_err("conv2d", &[x.dims(), w.dims()], "input [N, C, H, W] and weight [O, C/g, KH, KW]", loc));
+    }
+    let (n, c) = (x.dims()[0], x.dims()[1]);
+    let (oc, cg, kh, kw) = (w.dims()[0], w.dims()[1], w.dims()[2], w.dims()[3]);
+    let g = o.groups;
+    if g == 0 || c % g != 0 || oc % g != 0 || cg != c / g {
+        return Err(shape_err(
+            "conv2d",
+            &[x.dims(), w.dims()],
+            format!("{c} input channels, {oc} output channels and weight channels {cg} do not fit groups={g}"),
+            loc,
+        ));
+    }
+    if o.stride.0 == 0 || o.stride.1 == 0 || o.dilation.0 == 0 || o.dilation.1 == 0 {
+        return Err(arg_err("conv2d", "stride and dilation must be positive", loc));
+    }
+    if let Some(b) = bias {
+        if b.dims() != [oc] {
+            return Err(shape_err("conv2d", &[b.dims()], format!("bias must be [{oc}]"), loc));
+        }
+    }
+    let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
+    let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
+    let ck = cg * kh * kw;
+    let cols = cols.reshape(vec![n, g, ck, oh * ow]);
+    let wm = w.reshape(vec![1, g, oc / g, ck]);
+    let y = wm.matmul(&cols).reshape(vec![n, oc, oh, ow]);
+    Ok(match bias {
+        Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
+        None => y,
+    })
+}
+
+fn pool_impl(x: &Tensor, k: usize, stride: usize, padding: usize, max: bool, loc: Loc) -> Result<Tensor> {
+    let op = if max { "max_pool2d" } else { "avg_pool2d" };
+    precheck(op, &[x], loc)?;
+    if x.rank() != 4 || k == 0 || stride == 0 || padding * 2 > k {
+        return Err(shape_err(
+            op,
+            &[x.dims()],
+            format!("input [N, C, H, W], window {k}, stride {stride}, padding {padding}"),
+            loc,
+        ));
+    }
+    let d = x.dims().to_vec();
+    // Non-overlapping windows that tile the input: a reshape and one reduction.
+    if stride == k && padding == 0 && d[2] % k == 0 && d[3] % k == 0 {
+        let r = x.reshape(vec![d[0], d[1], d[2] / k, k, d[3] / k, k]);
+        return Ok(if max { r.max(&[3, 5], false) } else { r.mean(&[3, 5], false) });
+    }
+    let o = Conv2dOptions::new(stride, padding);
+    let fill = if max { f64::NEG_INFINITY } else { 0.0 };
+    let cols = x.windows(k, k, &o, fill, loc)?;
+    Ok(if max { cols.max(&[2], false) } else { cols.mean(&[2], false) })
+}
+
+fn sdpa_impl(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, loc: Loc) -> Result<Tensor> {
+    let mut ts = vec![q, k, v];
+    ts.extend(mask);
+    precheck("scaled_dot_product_attention", &ts, loc)?;
+    if q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank() {
+        return Err(shape_err(
+            "scaled_dot_product_attention",
+            &[q.dims(), k.dims(), v.dims()],
+            "q, k, v must share a rank >= 2",
+            loc,
+        ));
+    }
+    let r = q.rank();
+    let (t, d) = (q.dims()[r - 2], q.dims()[r - 1]);
+    let s = k.dims()[r - 2];
+    if k.dims()[r - 1] != d || v.dims()[r - 2] != s {
+        return Err(shape_err(
+            "scaled_dot_product_attention",
+            &[q.dims(), k.dims(), v.dims()],
+            "q and k need one head dim; k and v one sequence length",
+            loc,
+        ));
+    }
+    let mut scores = q.matmul(&k.transpose(-2, -1)).mul_scalar(1.0 / (d as f64).sqrt());
+    if scores.dtype() == DType::F16 {
+        scores = scores.cast(DType::F32);
+    }
+    let neg = -1.0e30;
+    if let Some(m) = mask {
+        scores = if m.dtype() == DType::Bool {
+            let keep = m.broadcast_to(scores.dims().to_vec());
+            Tensor::where_(&keep, &scores, &scores.full_like(neg))
+        } else {
+            scores.add(&m.cast(DType::F32))
+        };
+    }
+    if causal {
+        let dev = q.device();
+        let rows = Tensor::arange(0.0, t as f64, 1.0, DType::I32, dev).reshape(vec![t, 1]);
+        let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, dev).reshape(vec![1, s]);
+        // Queries align with the end of the keys (as PyTorch when t == s).
+        let keep = cols.le(&rows.add_scalar((s as f64) - (t as f64))).broadcast_to(scores.dims().to_vec());
+        scores = Tensor::where_(&keep, &scores, &scores.full_like(neg));
+    }
+    let p = scores.softmax(-1).cast(v.dtype());
+    Ok(p.matmul(v))
+}
+
+impl Tensor {
+    /// A tensor of this shape and dtype filled with `value`.
+    #[track_caller]
+    pub fn full_like(&self, value: f64) -> Tensor {
+        Tensor::full(value, self.shape().clone(), self.dtype(), self.device())
+    }
+}
