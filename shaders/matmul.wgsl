@@ -5,10 +5,11 @@
 // meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
 //       size, A stride, B stride (stride 0 where that operand broadcasts).
 
-const BM: u32 = 64u;
+// TM (rows per invocation, 1, 2 or 4) comes from the header: BM = 16 * TM, so outputs
+// with few rows do not waste a 64-row tile.
+const BM: u32 = 16u * TM;
 const BN: u32 = 64u;
 const BK: u32 = 16u;
-const TM: u32 = 4u;
 const TN: u32 = 4u;
 
 var<workgroup> tile_a: array<f32, 1024>; // BK x BM, k-major
@@ -43,7 +44,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
 
     for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
-        for (var l = 0u; l < 4u; l = l + 1u) {
+        for (var l = 0u; l < TM; l = l + 1u) {
             let e = tid + l * 256u;
             let r = e / BK;
             let kk = e % BK;

@@ -409,6 +409,8 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
                 ReduceOp::ArgMax | ReduceOp::ArgMin => vec![None],
             }
         }
+        Op::Im2col { window, .. } => one(g.col2im(*window, x().dims()[2], x().dims()[3])),
+        Op::Col2im { window } => one(g.im2col(*window, 0.0)),
         Op::Matmul => {
             let (a, b) = (&ins[0], &ins[1]);
             let r = t.rank() as isize;

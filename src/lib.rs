@@ -31,6 +31,7 @@ pub mod models;
 pub mod nn;
 pub mod ops;
 pub mod optim;
+pub mod profile;
 pub mod quant;
 pub mod reference;
 pub mod shape;

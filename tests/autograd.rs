@@ -209,3 +209,131 @@ fn backward_api() {
     let bad = x.reshape(vec![7]);
     assert!(bad.sum_all().backward().is_err(), "a failed graph returns its error");
 }
+
+#[test]
+fn nn_op_gradients() {
+    use tessera::ops::nn::Conv2dOptions;
+    let o = Conv2dOptions { stride: (2, 1), padding: (1, 1), dilation: (1, 2), groups: 2 };
+    gradcheck(
+        "conv2d_grouped_strided_dilated",
+        &[In(&[1, 4, 4, 5], -1.0, 1.0), In(&[4, 2, 3, 2], -1.0, 1.0), In(&[4], -1.0, 1.0)],
+        &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), o),
+    );
+    gradcheck("pools", &[In(&[1, 2, 5, 4], -2.0, 2.0)], &|xs: &[Tensor]| {
+        let x = &xs[0];
+        Tensor::concat(
+            &[
+                x.max_pool2d(3, 2, 1).reshape(vec![12]),
+                x.avg_pool2d(2, 1, 0).reshape(vec![24]),
+                x.narrow(2, 0, 4).max_pool2d(2, 2, 0).reshape(vec![8]),
+            ],
+            0,
+        )
+    });
+    gradcheck("norms", &[In(&[3, 7], -2.0, 2.0), In(&[7], 0.5, 1.5), In(&[7], -0.5, 0.5)], &|xs: &[Tensor]| {
+        Tensor::concat(&[xs[0].layer_norm(Some(&xs[1]), Some(&xs[2]), 1e-5), xs[0].rms_norm(Some(&xs[1]), 1e-6)], 1)
+    });
+    gradcheck(
+        "attention_causal_masked",
+        &[In(&[1, 2, 5, 4], -1.0, 1.0), In(&[1, 2, 6, 4], -1.0, 1.0), In(&[1, 2, 6, 3], -1.0, 1.0)],
+        &|xs: &[Tensor]| {
+            let dev = xs[0].device().clone();
+            let keep = Tensor::from_slice(&[true, true, false, true, true, true], [1, 1, 1, 6], &dev);
+            Tensor::concat(
+                &[
+                    Tensor::scaled_dot_product_attention(&xs[0], &xs[1], &xs[2], Some(&keep), false),
+                    Tensor::scaled_dot_product_attention(&xs[0], &xs[1], &xs[2], None, true),
+                ],
+                -1,
+            )
+        },
+    );
+}
+
+#[test]
+fn loss_gradients() {
+    use tessera::nn::loss;
+    let labels = |dev: &Device| Tensor::from_slice(&[2i32, 0, -100, 1], [4], dev);
+    gradcheck("cross_entropy_smoothing_ignore", &[In(&[4, 3], -2.0, 2.0)], &move |xs: &[Tensor]| {
+        let o = loss::CrossEntropy { label_smoothing: 0.1, ignore_index: Some(-100) };
+        loss::cross_entropy_with(&xs[0], &labels(xs[0].device()), o)
+    });
+    gradcheck("mse_bce_kl", &[In(&[4, 3], -2.0, 2.0), In(&[4, 3], 0.0, 1.0)], &|xs: &[Tensor]| {
+        Tensor::stack(
+            &[
+                loss::mse(&xs[0], &xs[1]),
+                loss::bce_with_logits(&xs[0], &xs[1]),
+                loss::kl_div_distill(&xs[0], &xs[1].mul_scalar(3.0), 2.0),
+            ],
+            0,
+        )
+    });
+}
+
+/// conv2d against a direct loop (not the im2col path it is built from).
+#[test]
+fn conv2d_matches_direct_convolution() {
+    use tessera::ops::nn::Conv2dOptions;
+    let (n, c, h, w, oc, k) = (2usize, 4usize, 7usize, 6usize, 6usize, 3usize);
+    let o = Conv2dOptions { stride: (2, 1), padding: (1, 2), dilation: (1, 2), groups: 2 };
+    let xv = data(n * c * h * w, 1, -1.0, 1.0);
+    let wv = data(oc * (c / 2) * k * k, 2, -1.0, 1.0);
+    let bv = data(oc, 3, -1.0, 1.0);
+    let oh = (h + 2 - 2 * 1 - 1) / 2 + 1;
+    let ow = (w + 4 - 2 * 2 - 1) + 1;
+    let mut want = vec![0.0f64; n * oc * oh * ow];
+    let cg = c / 2;
+    for b in 0..n {
+        for o_ in 0..oc {
+            let g = o_ / (oc / 2);
+            for y in 0..oh {
+                for x in 0..ow {
+                    let mut s = bv[o_] as f64;
+                    for ci in 0..cg {
+                        for i in 0..k {
+                            for j in 0..k {
+                                let iy = (y * 2 + i) as isize - 1;
+                                let ix = (x + j * 2) as isize - 2;
+                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                    let xc = g * cg + ci;
+                                    s += xv[((b * c + xc) * h + iy as usize) * w + ix as usize] as f64
+                                        * wv[((o_ * cg + ci) * k + i) * k + j] as f64;
+                                }
+                            }
+                        }
+                    }
+                    want[((b * oc + o_) * oh + y) * ow + x] = s;
+                }
+            }
+        }
+    }
+    for dev in std::iter::once(&Device::cpu()).chain(gpu_devices()) {
+        let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
+        let wt = Tensor::from_slice(&wv, [oc, cg, k, k], dev);
+        let bt = Tensor::from_slice(&bv, [oc], dev);
+        let y = x.conv2d(&wt, Some(&bt), o);
+        assert_eq!(y.dims(), &[n, oc, oh, ow]);
+        let got = y.to_f64_vec_blocking().unwrap();
+        assert_close(
+            &format!("conv2d on {}", label(dev)),
+            &got,
+            &want,
+            Tol { atol: 1e-5, rtol: 1e-5 }.scaled(cg * k * k),
+        );
+    }
+}
+
+/// Long-K products with few output tiles take the split-K path; same numbers.
+#[test]
+fn split_k_matmul_matches_reference() {
+    let ab = |d: &Device| (common::rand_t(&[3, 2500], 1, -1.0, 1.0, d), common::rand_t(&[2500, 5], 2, -1.0, 1.0, d));
+    common::check_with("split_k", Some(Tol { atol: 1e-4, rtol: 1e-4 }), |d| {
+        let (a, b) = ab(d);
+        vec![a.matmul(&b), b.t().matmul(&a.t())]
+    });
+    // f16 results: the partial sums round once more than the reference's single sum.
+    common::check_with("split_k_f16", Some(Tol { atol: 2e-3, rtol: 2e-3 }), |d| {
+        let (a, b) = ab(d);
+        vec![a.cast(DType::F16).matmul(&b.cast(DType::F16))]
+    });
+}

@@ -115,6 +115,12 @@ pub(crate) struct DeviceInner {
     pub counters: Arc<Counters>,
 }
 
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        crate::profile::save_to_env();
+    }
+}
+
 /// A compute device: a wgpu adapter's device, or the CPU reference backend.
 /// Cheap to clone; tensors keep their device alive.
 #[derive(Clone)]

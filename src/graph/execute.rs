@@ -148,6 +148,16 @@ pub(crate) async fn run(
 
     let mut encoder =
         ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera realise") });
+    // Profiling: a begin and an end timestamp around each kernel's pass.
+    let profiling = crate::profile::enabled() && ctx.info.capabilities.timestamp_query && !specs.is_empty();
+    let n_queries = (2 * specs.len()).min(4096) as u32;
+    let queries = profiling.then(|| {
+        ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("tessera profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: n_queries,
+        })
+    });
     if let Some(st) = &status {
         encoder.clear_buffer(st.buffer(), 0, None);
     }
@@ -218,8 +228,14 @@ pub(crate) async fn run(
                 layout: &layout,
                 entries: &entries,
             });
-            let mut pass = encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&s.label), timestamp_writes: None });
+            let timestamp_writes =
+                queries.as_ref().filter(|_| 2 * (j as u32) + 1 < n_queries).map(|q| wgpu::ComputePassTimestampWrites {
+                    query_set: q,
+                    beginning_of_pass_write_index: Some(2 * j as u32),
+                    end_of_pass_write_index: Some(2 * j as u32 + 1),
+                });
+            let mut pass =
+                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&s.label), timestamp_writes });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(s.workgroups[0], s.workgroups[1], s.workgroups[2]);
@@ -253,6 +269,20 @@ pub(crate) async fn run(
         Arc::new(PendingCheck { staging: sb, checks: all_checks, result: Mutex::new(None) })
     });
 
+    let profile_read = queries.as_ref().map(|q| {
+        let bytes = 8 * n_queries as u64;
+        let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tessera profile resolve"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        encoder.resolve_query_set(q, 0..n_queries, &resolve, 0);
+        let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        encoder.copy_buffer_to_buffer(&resolve, 0, st.buffer(), 0, bytes);
+        (st, bytes)
+    });
+
     ctx.queue.submit(Some(encoder.finish()));
     dev.0.counters.add(Counter::Submits, 1);
     dev.0.counters.add(Counter::Kernels, dispatched);
@@ -270,6 +300,23 @@ pub(crate) async fn run(
         return Err(Error::Gpu { context: format!("kernels [{}]", labels.join(", ")), message: e.to_string() });
     }
     ctx.check_alive()?;
+
+    if let Some((st, bytes)) = &profile_read {
+        let period = ctx.queue.get_timestamp_period() as f64;
+        if let Ok(mut raw) = ctx.map_read(&[(st.buffer(), *bytes)]).await {
+            let raw = raw.pop().unwrap_or_default();
+            let tick = |i: usize| raw.get(8 * i..8 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            let events = specs.iter().enumerate().filter_map(|(j, s)| {
+                let (a, b) = (tick(2 * j)?, tick(2 * j + 1)?);
+                Some(crate::profile::KernelTime {
+                    label: s.label.clone(),
+                    start_us: a as f64 * period / 1e3,
+                    duration_us: b.saturating_sub(a) as f64 * period / 1e3,
+                })
+            });
+            crate::profile::record(events.collect::<Vec<_>>());
+        }
+    }
 
     let mut checks = inherited;
     checks.extend(pending);

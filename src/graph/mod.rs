@@ -140,6 +140,45 @@ pub enum Op {
     },
     /// Batched matmul `[.., m, k] @ [.., k, n]` with broadcast batch axes (same rank).
     Matmul,
+    /// Sliding windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col): output
+    /// `[n, c, i*kw+j, oh, ow]` reads input `[n, c, oh*sh + i*dh - ph, ow*sw + j*dw - pw]`,
+    /// or `pad_value` outside the input.
+    Im2col {
+        window: Window,
+        pad_value: f64,
+    },
+    /// The adjoint of `Im2col`: `[N, C, kh*kw, OH, OW]` summed back onto the `[N, C, H, W]`
+    /// positions each window element came from (col2im).
+    Col2im {
+        window: Window,
+    },
+}
+
+/// Geometry of a 2-D sliding window: `(rows, cols)` pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+}
+
+impl Window {
+    /// Output size `(OH, OW)` over an `h x w` input, if the window fits.
+    pub fn output_size(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let one = |n: usize, k: usize, s: usize, p: usize, d: usize| -> Option<usize> {
+            let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+            let padded = n.checked_add(p.checked_mul(2)?)?;
+            if s == 0 || d == 0 || padded < span {
+                return None;
+            }
+            Some((padded - span) / s + 1)
+        };
+        Some((
+            one(h, self.kernel.0, self.stride.0, self.padding.0, self.dilation.0)?,
+            one(w, self.kernel.1, self.stride.1, self.padding.1, self.dilation.1)?,
+        ))
+    }
 }
 
 impl Op {
@@ -164,6 +203,8 @@ impl Op {
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
             Op::Matmul => "matmul".into(),
+            Op::Im2col { .. } => "im2col".into(),
+            Op::Col2im { .. } => "col2im".into(),
         }
     }
 

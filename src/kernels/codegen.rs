@@ -359,6 +359,74 @@ impl<'a> Gen<'a> {
                 self.emit("}");
                 v
             }
+            Op::Im2col { window: w, pad_value } => {
+                let c = self.coords(ix, t);
+                let src = n.inputs[0].clone();
+                let sd = self.dims_of(&src);
+                let kw = self.slot(w.kernel.1 as u32);
+                let (sh, sw) = (self.slot(w.stride.0 as u32), self.slot(w.stride.1 as u32));
+                let (dh, dw) = (self.slot(w.dilation.0 as u32), self.slot(w.dilation.1 as u32));
+                let (ph, pw) = (self.slot(w.padding.0 as u32), self.slot(w.padding.1 as u32));
+                let ki = self.let_("k", format!("{} / {kw}", c[2]));
+                let kj = self.let_("k", format!("{} % {kw}", c[2]));
+                let hh = self.let_("h", format!("i32({} * {sh} + {ki} * {dh}) - i32({ph})", c[3]));
+                let ww = self.let_("w", format!("i32({} * {sw} + {kj} * {dw}) - i32({pw})", c[4]));
+                let ok = self
+                    .let_("ok", format!("{hh} >= 0 && {ww} >= 0 && {hh} < i32({}) && {ww} < i32({})", sd[2], sd[3]));
+                let v = self.fresh("v");
+                let pv = self.scalar(*pad_value, dt);
+                self.emit(&format!("var {v}: {} = {pv};", compute_type(dt)));
+                self.emit(&format!("if ({ok}) {{"));
+                self.indent += 1;
+                let saved = self.memo.clone();
+                let cc = vec![c[0].clone(), c[1].clone(), format!("u32({hh})"), format!("u32({ww})")];
+                let x = self.eval(&src, &Ix::coords(cc), false);
+                self.emit(&format!("{v} = {x};"));
+                self.memo = saved;
+                self.indent -= 1;
+                self.emit("}");
+                v
+            }
+            Op::Col2im { window: w } => {
+                let c = self.coords(ix, t);
+                let src = n.inputs[0].clone();
+                let sd = self.dims_of(&src);
+                let (kh, kw) = (self.slot(w.kernel.0 as u32), self.slot(w.kernel.1 as u32));
+                let (sh, sw) = (self.slot(w.stride.0 as u32), self.slot(w.stride.1 as u32));
+                let (dh, dw) = (self.slot(w.dilation.0 as u32), self.slot(w.dilation.1 as u32));
+                let (ph, pw) = (self.slot(w.padding.0 as u32), self.slot(w.padding.1 as u32));
+                let ty = compute_type(dt);
+                let acc = self.fresh("acc");
+                let (ki, kj) = (self.fresh("ki"), self.fresh("kj"));
+                self.emit(&format!("var {acc}: {ty} = {ty}(0);"));
+                self.emit(&format!("for (var {ki} = 0u; {ki} < {kh}; {ki} = {ki} + 1u) {{"));
+                self.indent += 1;
+                self.emit(&format!("for (var {kj} = 0u; {kj} < {kw}; {kj} = {kj} + 1u) {{"));
+                self.indent += 1;
+                let y = self.let_("y", format!("i32({}) + i32({ph}) - i32({ki} * {dh})", c[2]));
+                let x = self.let_("x", format!("i32({}) + i32({pw}) - i32({kj} * {dw})", c[3]));
+                self.emit(&format!(
+                    "if ({y} >= 0 && {x} >= 0 && {y} % i32({sh}) == 0 && {x} % i32({sw}) == 0 && u32({y}) / {sh} < {} && u32({x}) / {sw} < {}) {{",
+                    sd[3], sd[4]
+                ));
+                self.indent += 1;
+                let saved = self.memo.clone();
+                let cc = vec![
+                    c[0].clone(),
+                    c[1].clone(),
+                    format!("({ki} * {kw} + {kj})"),
+                    format!("(u32({y}) / {sh})"),
+                    format!("(u32({x}) / {sw})"),
+                ];
+                let v = self.eval(&src, &Ix::coords(cc), false);
+                self.emit(&format!("{acc} = {acc} + {v};"));
+                self.memo = saved;
+                for _ in 0..3 {
+                    self.indent -= 1;
+                    self.emit("}");
+                }
+                acc
+            }
             Op::Gather { axis } | Op::IndexSelect { axis } => {
                 let c = self.coords(ix, t);
                 let (x, idx) = (&n.inputs[0], &n.inputs[1]);

@@ -49,13 +49,24 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         ));
         src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
     }
-    src.push_str(&format!("const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\n"));
+    // Rows per invocation: a 16-, 32- or 64-row tile, the smallest that covers M.
+    let tm = if m <= 16 {
+        1
+    } else if m <= 32 {
+        2
+    } else {
+        4
+    };
+    let bm = 16 * tm;
+    src.push_str(&format!(
+        "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\n"
+    ));
     src.push_str(sources::MATMUL);
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
-    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), TILE, TILE);
+    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), bm, TILE);
     let gx = n.div_ceil(TILE);
-    let gy = m.div_ceil(TILE);
+    let gy = m.div_ceil(bm);
     let max = caps.max_workgroups as usize;
     for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
         if v > max {

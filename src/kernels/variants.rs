@@ -122,6 +122,14 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let a = Tensor::rand([2, 3, 4], 5, &d);
     let b = Tensor::rand([4, 5], 6, &d);
     out.extend([a.matmul(&b), a.cast(DType::F16).matmul(&b.cast(DType::F16)), a.t().matmul(&a)]);
+    // Row tiles of 16, 32 and 64 (chosen by M).
+    let tall = Tensor::rand([70, 4], 8, &d);
+    out.extend([Tensor::rand([20, 4], 7, &d).matmul(&b), tall.matmul(&b)]);
+    // Convolution windows and their adjoint.
+    let img = Tensor::rand([2, 3, 7, 6], 9, &d);
+    let win = crate::graph::Window { kernel: (3, 2), stride: (2, 1), padding: (1, 0), dilation: (1, 2) };
+    let cols = img.im2col(win, f64::NEG_INFINITY);
+    out.extend([cols.clone(), cols.col2im(win, 7, 6), img.cast(DType::F16).im2col(win, 0.0)]);
     // Quantised weights: dequantised in loads, fused casts, lookups and matmul (as
     // either operand, stored transposed or not).
     let vals: Vec<f32> = (0..64 * 4).map(|i| (i % 13) as f32 - 6.0).collect();

@@ -55,7 +55,10 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     let mut out = batch.clone();
     out.extend([m, n]);
     super::check_numel("matmul", &out, loc)?;
-    let mut y = Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc);
+    let mut y = match split_k_factor(&batch, m, n, k, a.dtype(), b.dtype()) {
+        Some(s) => split_k(&a3, &b3, s, m, n, k, r, loc),
+        None => Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc),
+    };
     if out_dt == DType::F16 {
         y = y.cast_at(DType::F16, loc);
     }
@@ -68,4 +71,31 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
         fin.push(n);
     }
     Ok(y.reshape_at(&fin, loc))
+}
+
+/// Slices of K for a split-K product, when the output has too few tiles to occupy the
+/// device and K is long (a weight gradient `x^T @ dy` over a large batch, say).
+fn split_k_factor(batch: &[usize], m: usize, n: usize, k: usize, da: DType, db: DType) -> Option<usize> {
+    let tiles = m.div_ceil(64) * n.div_ceil(64) * batch.iter().product::<usize>();
+    if !da.is_float() || !db.is_float() || tiles > 8 || k < 2048 {
+        return None;
+    }
+    Some((k / 1024).clamp(2, 32))
+}
+
+/// `a @ b` as `s` independent products over slices of K, summed: `[s, m, k/s] @ [s, k/s, n]`.
+#[allow(clippy::too_many_arguments)]
+fn split_k(a: &Tensor, b: &Tensor, s: usize, m: usize, n: usize, k: usize, r: usize, loc: Loc) -> Tensor {
+    let kc = k.div_ceil(s);
+    let extra = kc * s - k;
+    let lead = vec![1usize; r - 2];
+    let (a2, b2) = (a.reshape_at(&[m, k], loc), b.reshape_at(&[k, n], loc));
+    let (a2, b2) =
+        if extra > 0 { (a2.pad(&[(0, 0), (0, extra)], 0.0), b2.pad(&[(0, extra), (0, 0)], 0.0)) } else { (a2, b2) };
+    let ap = a2.reshape_at(&[m, s, kc], loc).permute(&[1, 0, 2]);
+    let bp = b2.reshape_at(&[s, kc, n], loc);
+    let part = Tensor::make_at(Op::Matmul, vec![ap, bp], Shape(vec![s, m, n]), DType::F32, a.device(), loc);
+    let mut out = lead;
+    out.extend([m, n]);
+    part.sum(&[0], false).reshape_at(&out, loc)
 }

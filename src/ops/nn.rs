@@ -3,6 +3,7 @@
 //! fuse like any other chain and their gradients come from the core rules.
 
 use super::{arg_err, precheck, shape_err, Loc};
+use crate::graph::{Op, Window};
 use crate::{DType, Result, Tensor};
 use std::panic::Location;
 
@@ -28,45 +29,53 @@ impl Conv2dOptions {
     }
 }
 
-fn out_size(n: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
-    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
-    let padded = n.checked_add(2 * p)?;
-    if s == 0 || padded < span {
-        return None;
-    }
-    Some((padded - span) / s + 1)
-}
-
 impl Tensor {
     /// The `kh x kw` windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col).
     fn windows(&self, kh: usize, kw: usize, o: &Conv2dOptions, pad_value: f64, loc: Loc) -> Result<Tensor> {
+        let w = Window { kernel: (kh, kw), stride: o.stride, padding: o.padding, dilation: o.dilation };
         let d = self.dims();
-        let (h, w) = (d[2], d[3]);
-        let oh = out_size(h, kh, o.stride.0, o.padding.0, o.dilation.0);
-        let ow = out_size(w, kw, o.stride.1, o.padding.1, o.dilation.1);
-        let (Some(oh), Some(ow)) = (oh, ow) else {
+        let Some((oh, ow)) = w.output_size(d[2], d[3]) else {
             return Err(shape_err(
                 "conv2d",
                 &[d],
-                format!("a {kh}x{kw} window with {o:?} does not fit a {h}x{w} input"),
+                format!("a {kh}x{kw} window with {o:?} does not fit a {}x{} input", d[2], d[3]),
                 loc,
             ));
         };
-        let xp = self.pad(&[(0, 0), (0, 0), (o.padding.0, o.padding.0), (o.padding.1, o.padding.1)], pad_value);
-        let mut patches = Vec::with_capacity(kh * kw);
-        for i in 0..kh {
-            for j in 0..kw {
-                let (r0, c0) = (i * o.dilation.0, j * o.dilation.1);
-                let p = xp.slice(2, r0 as isize, (r0 + (oh - 1) * o.stride.0 + 1) as isize, o.stride.0).slice(
-                    3,
-                    c0 as isize,
-                    (c0 + (ow - 1) * o.stride.1 + 1) as isize,
-                    o.stride.1,
-                );
-                patches.push(p);
+        super::check_numel("im2col", &[d[0], d[1], kh * kw, oh, ow], loc)?;
+        Ok(self.derive(Op::Im2col { window: w, pad_value }, vec![d[0], d[1], kh * kw, oh, ow], loc))
+    }
+
+    /// Sliding windows `[N, C, H, W]` -> `[N, C, kh*kw, OH, OW]` (see [`Op::Im2col`]).
+    #[track_caller]
+    pub fn im2col(&self, window: Window, pad_value: f64) -> Tensor {
+        let loc = Location::caller();
+        let r = (|| {
+            precheck("im2col", &[self], loc)?;
+            if self.rank() != 4 {
+                return Err(shape_err("im2col", &[self.dims()], "input must be [N, C, H, W]", loc));
             }
-        }
-        Ok(Tensor::stack(&patches, 2))
+            let o =
+                Conv2dOptions { stride: window.stride, padding: window.padding, dilation: window.dilation, groups: 1 };
+            self.windows(window.kernel.0, window.kernel.1, &o, pad_value, loc)
+        })();
+        self.lift(r)
+    }
+
+    /// The adjoint of [`Tensor::im2col`]: `[N, C, kh*kw, OH, OW]` summed onto `[N, C, h, w]`.
+    #[track_caller]
+    pub fn col2im(&self, window: Window, h: usize, w: usize) -> Tensor {
+        let loc = Location::caller();
+        let r = (|| {
+            precheck("col2im", &[self], loc)?;
+            let d = self.dims();
+            let fits = window.output_size(h, w).map(|(oh, ow)| d.len() == 5 && d[3] == oh && d[4] == ow);
+            if fits != Some(true) || d[2] != window.kernel.0 * window.kernel.1 {
+                return Err(shape_err("col2im", &[d], format!("columns do not match {window:?} over {h}x{w}"), loc));
+            }
+            Ok(self.derive(Op::Col2im { window }, vec![d[0], d[1], h, w], loc))
+        })();
+        self.lift(r)
     }
 
     /// 2-D convolution (cross-correlation, as PyTorch): `self` is `[N, C, H, W]`,
@@ -162,9 +171,10 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
-    let cols = cols.reshape(vec![n, g, ck, oh * ow]);
-    let wm = w.reshape(vec![1, g, oc / g, ck]);
-    let y = wm.matmul(&cols).reshape(vec![n, oc, oh, ow]);
+    // One product per group over the whole batch: [g, O/g, C/g*K] @ [g, C/g*K, N*OH*OW].
+    let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
+    let wm = w.reshape(vec![g, oc / g, ck]);
+    let y = wm.matmul(&cols).reshape(vec![oc, n, oh, ow]).permute(&[1, 0, 2, 3]);
     Ok(match bias {
         Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
         None => y,

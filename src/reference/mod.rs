@@ -50,6 +50,8 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         Op::IndexSelect { axis } => movement::index_select(inputs[0], dims(0), inputs[1], *axis, t.dims(), n.location)?,
         Op::Reduce { op, axes } => reduce::reduce(*op, inputs[0], dims(0), axes),
         Op::Matmul => matmul::matmul(inputs[0], dims(0), inputs[1], dims(1), t.dims()),
+        Op::Im2col { window, pad_value } => movement::im2col(inputs[0], dims(0), window, *pad_value, t.dims()),
+        Op::Col2im { window } => movement::col2im(inputs[0], dims(0), window, t.dims()),
     };
     if exact && dt.is_float() {
         return Ok(out);

@@ -139,3 +139,57 @@ pub fn index_select(
         })
         .collect()
 }
+
+/// Input position `(h, w)` read by window element `(i, j)` at output `(oh, ow)`.
+fn window_source(win: &crate::graph::Window, i: usize, j: usize, oh: usize, ow: usize) -> (isize, isize) {
+    let h = (oh * win.stride.0 + i * win.dilation.0) as isize - win.padding.0 as isize;
+    let w = (ow * win.stride.1 + j * win.dilation.1) as isize - win.padding.1 as isize;
+    (h, w)
+}
+
+/// Sliding windows `[N, C, H, W]` -> `[N, C, kh*kw, OH, OW]`.
+pub fn im2col(x: &[f64], xd: &[usize], win: &crate::graph::Window, pad: f64, od: &[usize]) -> Vec<f64> {
+    let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
+    let (kk, oh, ow) = (od[2], od[3], od[4]);
+    let kw = win.kernel.1;
+    let mut out = Vec::with_capacity(n * c * kk * oh * ow);
+    for b in 0..n {
+        for ch in 0..c {
+            for k in 0..kk {
+                for y in 0..oh {
+                    for x_ in 0..ow {
+                        let (sh, sw) = window_source(win, k / kw, k % kw, y, x_);
+                        let inside = sh >= 0 && sw >= 0 && (sh as usize) < h && (sw as usize) < w;
+                        out.push(if inside { x[((b * c + ch) * h + sh as usize) * w + sw as usize] } else { pad });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The adjoint of [`im2col`]: windows summed back onto `[N, C, H, W]`.
+pub fn col2im(cols: &[f64], cd: &[usize], win: &crate::graph::Window, od: &[usize]) -> Vec<f64> {
+    let (n, c, h, w) = (od[0], od[1], od[2], od[3]);
+    let (kk, oh, ow) = (cd[2], cd[3], cd[4]);
+    let kw = win.kernel.1;
+    let mut out = vec![0.0; n * c * h * w];
+    let mut i = 0;
+    for b in 0..n {
+        for ch in 0..c {
+            for k in 0..kk {
+                for y in 0..oh {
+                    for x_ in 0..ow {
+                        let (sh, sw) = window_source(win, k / kw, k % kw, y, x_);
+                        if sh >= 0 && sw >= 0 && (sh as usize) < h && (sw as usize) < w {
+                            out[((b * c + ch) * h + sh as usize) * w + sw as usize] += cols[i];
+                        }
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
