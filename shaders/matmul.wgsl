@@ -5,12 +5,11 @@
 // meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
 //       size, A stride, B stride (stride 0 where that operand broadcasts).
 
-// TM (rows per invocation, 1, 2 or 4) comes from the header: BM = 16 * TM, so outputs
-// with few rows do not waste a 64-row tile.
+// TM and TN (rows and columns per invocation, 1, 2 or 4) come from the header:
+// BM = 16 * TM and BN = 16 * TN, so thin outputs do not waste a 64-wide tile.
 const BM: u32 = 16u * TM;
-const BN: u32 = 64u;
+const BN: u32 = 16u * TN;
 const BK: u32 = 16u;
-const TN: u32 = 4u;
 
 var<workgroup> tile_a: array<f32, 1024>; // BK x BM, k-major
 var<workgroup> tile_b: array<f32, 1024>; // BK x BN, k-major
@@ -56,7 +55,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             }
             tile_a[kk * BM + r] = v;
         }
-        for (var l = 0u; l < 4u; l = l + 1u) {
+        for (var l = 0u; l < TN; l = l + 1u) {
             let e = tid + l * 256u;
             let kk = e / BN;
             let c = e % BN;

@@ -4,7 +4,7 @@
 use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
 use crate::{DType, Error, Result, Tensor};
 
-/// Output tile edge (rows and columns per workgroup).
+/// Largest output tile edge (rows and columns per workgroup).
 pub const TILE: usize = 64;
 
 /// Render the matmul producing `root` from operands `a` and `b`: the tensors owning their
@@ -49,23 +49,23 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         ));
         src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
     }
-    // Rows per invocation: a 16-, 32- or 64-row tile, the smallest that covers M.
-    let tm = if m <= 16 {
-        1
-    } else if m <= 32 {
-        2
-    } else {
-        4
+    // Rows and columns per invocation: 16-, 32- or 64-wide tiles, the smallest that
+    // covers M and N, so thin outputs do not waste a 64-wide tile.
+    let per = |x: usize| match x {
+        0..=16 => 1,
+        17..=32 => 2,
+        _ => 4,
     };
-    let bm = 16 * tm;
+    let (tm, tn) = (per(m), per(n));
+    let (bm, bn) = (16 * tm, 16 * tn);
     src.push_str(&format!(
-        "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\n"
+        "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\n"
     ));
     src.push_str(sources::MATMUL);
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
-    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), bm, TILE);
-    let gx = n.div_ceil(TILE);
+    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), bm, bn);
+    let gx = n.div_ceil(bn);
     let gy = m.div_ceil(bm);
     let max = caps.max_workgroups as usize;
     for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
