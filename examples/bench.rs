@@ -6,11 +6,17 @@
 //!
 //! Cases: `elementwise` (a fused gelu chain), `reduce` (row sums), `softmax`,
 //! `matmul` (f32 square), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
-//! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh).
+//! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh),
+//! `mlp-train` (MLP 784-256-10, batch 64, Adam) and `cnn-train` (the MNIST CNN, batch
+//! 64, Adam): steps/s, dispatches and submits per step, and `cold_ms`, the time from a
+//! fresh process's start to its first finished step (measured in a child process).
 
 use clap::Parser;
 use std::time::Instant;
 use tessera::models::bert::SentenceEmbedder;
+use tessera::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Sequential};
+use tessera::ops::nn::Conv2dOptions;
+use tessera::optim::{self, Adam, Optimizer, StepOptions};
 use tessera::{quant, Device, Tensor};
 
 #[derive(Parser)]
@@ -26,6 +32,10 @@ struct Args {
     /// Minimum timed seconds per case.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// Internal: run one training step of this model in a fresh process and print the
+    /// milliseconds from process start (the child of `*-train`'s `cold_ms`).
+    #[arg(long, hide = true)]
+    cold_train: Option<String>,
 }
 
 struct Rows {
@@ -40,11 +50,18 @@ impl Rows {
             let rate_key = match r.unit {
                 "GFLOP/s" => "gflops",
                 "GB/s" => "gbps",
+                "steps/s" => "steps_per_s",
                 _ => "sentences_per_s",
             };
             println!(
                 "{}",
-                serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate })
+                {
+                    let mut v = serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate });
+                    if let (Some(obj), Some(extra)) = (v.as_object_mut(), r.extra.as_ref().and_then(|e| e.as_object())) {
+                        obj.extend(extra.clone());
+                    }
+                    v
+                }
             );
         } else {
             println!(
@@ -64,6 +81,8 @@ struct Row {
     cold_ms: f64,
     rate: f64,
     unit: &'static str,
+    /// More JSON fields (training rows: dispatches and submits per step).
+    extra: Option<serde_json::Value>,
 }
 
 /// Run `f` once cold, then until `seconds` have passed (2 to 30 times); median in ms.
@@ -87,8 +106,56 @@ fn sync(d: &Device, t: &Tensor) {
     d.synchronize().expect("synchronize");
 }
 
+/// A training model of the bench and one step of it on random MNIST-shaped data.
+struct Trainer {
+    model: Sequential,
+    opt: Adam,
+    x: Tensor,
+    y: Tensor,
+}
+
+impl Trainer {
+    fn new(kind: &str, d: &Device) -> Trainer {
+        let cnn = kind == "cnn";
+        let model = if cnn {
+            Sequential::new()
+                .add(Conv2d::new(1, 8, 3, Conv2dOptions::new(1, 1), 1, d))
+                .add(Activation::Relu)
+                .add(MaxPool2d::new(2))
+                .add(Conv2d::new(8, 16, 3, Conv2dOptions::new(1, 1), 2, d))
+                .add(Activation::Relu)
+                .add(MaxPool2d::new(2))
+                .add(Flatten)
+                .add(Linear::new(16 * 7 * 7, 64, true, 3, d))
+                .add(Activation::Relu)
+                .add(Linear::new(64, 10, true, 4, d))
+        } else {
+            Sequential::new().add(Linear::new(784, 256, true, 1, d)).add(Activation::Relu).add(Linear::new(256, 10, true, 2, d))
+        };
+        let shape = if cnn { vec![64, 1, 28, 28] } else { vec![64, 784] };
+        let x = Tensor::rand(shape, 5, d);
+        let labels: Vec<i32> = (0..64).map(|i| (i * 7 % 10) as i32).collect();
+        let y = Tensor::from_slice(&labels, [64], d);
+        tessera::read_all_blocking(&[x.clone(), y.clone()]).expect("upload");
+        Trainer { model, opt: Adam::new(1e-3), x, y }
+    }
+
+    fn step(&mut self) -> f64 {
+        let l = loss::cross_entropy(&self.model.forward(&self.x), &self.y);
+        let r = optim::step_blocking(&mut self.model, &mut self.opt, &l, &[], StepOptions::default()).expect("step");
+        r.values[0][0]
+    }
+}
+
 fn main() -> tessera::Result<()> {
+    let started = Instant::now();
     let args = Args::parse();
+    if let Some(kind) = &args.cold_train {
+        let d = Device::new()?;
+        Trainer::new(kind, &d).step();
+        println!("{}", started.elapsed().as_secs_f64() * 1e3);
+        return Ok(());
+    }
     let want = |name: &str| args.filters.is_empty() || args.filters.iter().any(|f| name.contains(f.as_str()));
     let d = Device::new()?;
     let mut rows = Rows { json: args.json, printed: 0 };
@@ -109,6 +176,7 @@ fn main() -> tessera::Result<()> {
             cold_ms: cold,
             rate: gb / (ms / 1e3),
             unit: "GB/s",
+            extra: None,
         });
     }
     for (case, op) in [("reduce", 0), ("softmax", 1)] {
@@ -127,6 +195,7 @@ fn main() -> tessera::Result<()> {
             cold_ms: cold,
             rate: gb / (ms / 1e3),
             unit: "GB/s",
+            extra: None,
         });
     }
     if want("matmul") {
@@ -145,6 +214,7 @@ fn main() -> tessera::Result<()> {
                 cold_ms: cold,
                 rate: gflop / (ms / 1e3),
                 unit: "GFLOP/s",
+                extra: None,
             });
         }
     }
@@ -174,6 +244,7 @@ fn main() -> tessera::Result<()> {
                             cold_ms: cold,
                             rate: batch as f64 / (ms / 1e3),
                             unit: "sentences/s",
+                            extra: None,
                         });
                     }
                     // Back to f32 for the next dtype (quantise from the original weights).
@@ -181,6 +252,40 @@ fn main() -> tessera::Result<()> {
                 }
             }
         }
+    }
+    for kind in ["mlp", "cnn"] {
+        let case = if kind == "mlp" { "mlp-train" } else { "cnn-train" };
+        if !want(case) {
+            continue;
+        }
+        let mut t = Trainer::new(kind, &d);
+        t.step();
+        let before = d.stats();
+        let (ms, _) = time(args.seconds, || {
+            t.step();
+        });
+        let after = d.stats();
+        let steps = (t.opt.steps() - 1) as f64;
+        let per = |a: u64, b: u64| (a - b) as f64 / steps.max(1.0);
+        let cold = std::process::Command::new(std::env::current_exe().map_err(|e| tessera::Error::Io { path: "bench".into(), message: e.to_string() })?)
+            .args(["--cold-train", kind])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN);
+        rows.push(Row {
+            case,
+            dtype: "f32".into(),
+            shape: if kind == "mlp" { "784-256-10 batch 64".into() } else { "conv8-conv16-64-10 batch 64".into() },
+            median_ms: ms,
+            cold_ms: cold,
+            rate: 1e3 / ms,
+            unit: "steps/s",
+            extra: Some(serde_json::json!({
+                "dispatches_per_step": per(after.kernels_dispatched, before.kernels_dispatched),
+                "submits_per_step": per(after.submits, before.submits),
+            })),
+        });
     }
     if rows.printed == 0 {
         eprintln!("no case matched {:?}", args.filters);

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch_minilm.sh
+bash scripts/fetch_mnist.sh
 source scripts/env.sh
 
 # After setup a Vulkan adapter must exist: a test run that silently found no GPU would
@@ -23,6 +24,12 @@ cargo test --doc
 
 echo "== info example (every adapter must PASS)"
 cargo run --example info
+
+echo "== training demos, short runs (errors fail the script)"
+ci_out="target/ci-demo"
+cargo run --release --example train_mnist -- --max-steps 40 --quiet \
+  --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png"
+cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
 
 echo "== browser build (wasm32-unknown-unknown)"
 cargo build --lib --target wasm32-unknown-unknown

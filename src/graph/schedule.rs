@@ -13,6 +13,10 @@ use std::collections::{HashMap, HashSet};
 /// Most ops one generated kernel may contain.
 pub const MAX_FUSED_OPS: usize = 96;
 
+/// Fused cost (window gathers weighted by their work) from which an expression read by
+/// two or more consumers gets its own buffer.
+pub const SHARED_COST: usize = 8;
+
 /// Longest chain of fused ops from a kernel's root to its leaves.
 pub const MAX_FUSED_DEPTH: usize = 48;
 
@@ -145,6 +149,34 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             }
             _ => {}
         }
+    }
+    // A costly expression read by several consumers is computed once into a buffer
+    // instead of once per consuming kernel (a window gather, say, that feeds both a
+    // weight gradient and a bias gradient).
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    for t in &order {
+        for i in &t.node().inputs {
+            *uses.entry(i.id()).or_default() += 1;
+        }
+    }
+    let mut cost: HashMap<u64, usize> = HashMap::new();
+    for t in &order {
+        let own = match t.node().op {
+            Op::Im2col { .. } => 8,
+            Op::Col2im { .. } => 32,
+            _ => 0,
+        };
+        let c = t
+            .node()
+            .inputs
+            .iter()
+            .filter(|i| !i.is_realized() && !mat.contains(&i.id()))
+            .map(|i| cost.get(&i.id()).copied().unwrap_or(0))
+            .fold(own, usize::saturating_add);
+        if t.node().op.is_elementwise() && uses.get(&t.id()).copied().unwrap_or(0) >= 2 && c >= SHARED_COST {
+            mat.insert(t.id());
+        }
+        cost.insert(t.id(), if mat.contains(&t.id()) { 0 } else { c });
     }
     // Bound the depth of every fused expression: a long unrealised chain (a loop that
     // keeps adding to a tensor) is cut into kernels instead of one deep recursion.

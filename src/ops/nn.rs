@@ -142,6 +142,9 @@ impl Tensor {
     }
 }
 
+/// Largest window (input channels x kernel area) convolved directly rather than by matmul.
+pub const DIRECT_MAX_CK: usize = 16;
+
 fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, loc: Loc) -> Result<Tensor> {
     let mut ts = vec![x, w];
     ts.extend(bias);
@@ -171,6 +174,16 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
+    if g == 1 && ck <= DIRECT_MAX_CK {
+        // Few input channels: each output is a short dot product, computed directly as a
+        // reduction over the window (no thin matmul).
+        let cols = cols.reshape(vec![n, 1, ck, oh * ow]);
+        let y = cols.mul(&w.reshape(vec![1, oc, ck, 1])).sum(&[2], false).reshape(vec![n, oc, oh, ow]);
+        return Ok(match bias {
+            Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
+            None => y,
+        });
+    }
     // One product per group over the whole batch: [g, O/g, C/g*K] @ [g, C/g*K, N*OH*OW].
     let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
     let wm = w.reshape(vec![g, oc / g, ck]);
