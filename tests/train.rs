@@ -9,6 +9,13 @@ use tessera::nn::{loss, Activation, BatchNorm2d, Dropout, Layer, Linear, Module,
 use tessera::optim::{self, Adam, GradScaler, LrSchedule, Optimizer, Schedule, Sgd, StepOptions};
 use tessera::{DType, Device, Tensor};
 
+/// Tests here count submits on shared devices: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn mlp(dev: &Device) -> Sequential {
     Sequential::new().add(Linear::new(8, 16, true, 1, dev)).add(Activation::Relu).add(Linear::new(16, 3, true, 2, dev))
 }
@@ -39,6 +46,7 @@ fn params(model: &mut Sequential) -> Vec<Vec<f64>> {
 
 #[test]
 fn a_training_step_is_one_submit_and_the_loss_falls() {
+    let _s = serial();
     let cpu = Device::cpu();
     let mut want_model = mlp(&cpu);
     let mut want_opt = Adam::new(0.05);
@@ -77,7 +85,8 @@ fn run_opt(opt: &mut dyn Optimizer, steps: usize) -> Vec<f64> {
 #[test]
 fn optimisers_match_their_formulas() {
     let (p0, c) = ([1.0f64, -2.0], [0.5f64, -3.0]);
-    let close = |what: &str, got: &[f64], want: &[f64]| assert_close(what, got, want, Tol { atol: 1e-12, rtol: 1e-12 });
+    // Scalars such as the learning rate travel as f32 kernel parameters.
+    let close = |what: &str, got: &[f64], want: &[f64]| assert_close(what, got, want, Tol { atol: 1e-7, rtol: 1e-6 });
     // SGD with momentum 0.9 and weight decay 0.1, 3 steps.
     for nesterov in [false, true] {
         let mut want = p0.to_vec();
@@ -112,13 +121,20 @@ fn optimisers_match_their_formulas() {
                 }
             }
         }
-        let mut opt = if decoupled { Adam::adamw(lr, wd) } else { Adam { weight_decay: wd, ..Adam::new(lr) } };
+        let mut opt = if decoupled {
+            Adam::adamw(lr, wd)
+        } else {
+            let mut a = Adam::new(lr);
+            a.weight_decay = wd;
+            a
+        };
         close(&format!("adam decoupled={decoupled}"), &run_opt(&mut opt, 3), &want);
     }
 }
 
 #[test]
 fn schedules_clipping_and_loss_scaling() {
+    let _s = serial();
     let s = LrSchedule { base: 1.0, warmup: 4, kind: Schedule::Cosine { total: 14, min_lr: 0.0 } };
     assert_eq!(s.lr_at(0), 0.25);
     assert_eq!(s.lr_at(3), 1.0);
@@ -138,19 +154,19 @@ fn schedules_clipping_and_loss_scaling() {
     optim::clip_grad_value(&mut g2, 7.0);
     assert_eq!(g2.get(&x).unwrap().to_f64_vec_blocking().unwrap(), vec![6.0, 7.0]);
 
-    // A loss scale that overflows f32 gradients: the step is skipped, nothing changes,
-    // and the scale halves.
+    // Inputs so large that the scaled gradients overflow f32: the step is skipped,
+    // nothing changes, and the scale halves.
     for dev in std::iter::once(Device::cpu()).chain(gpu_devices().iter().cloned()) {
         let mut model = mlp(&dev);
         let mut opt = Adam::new(0.1);
         let before = params(&mut model);
-        let mut scaler = GradScaler::new(1e38);
+        let mut scaler = GradScaler::new(1e4);
         let (xb, yb) = batch(&dev, 0);
-        let l = loss::cross_entropy(&model.forward(&xb), &yb);
+        let l = loss::cross_entropy(&model.forward(&xb.mul_scalar(1e36)), &yb);
         let r = optim::step_blocking(&mut model, &mut opt, &l, &[], StepOptions { scaler: Some(&mut scaler), ..Default::default() })
             .unwrap();
         assert!(!r.applied, "an overflowing step must be skipped on {}", label(&dev));
-        assert_eq!(scaler.scale, 5e37);
+        assert_eq!((scaler.scale, scaler.skipped), (5e3, 1));
         assert_eq!(params(&mut model), before, "parameters unchanged by a skipped step on {}", label(&dev));
         let mut ok = GradScaler::new(1024.0);
         let l = loss::cross_entropy(&model.forward(&xb), &yb);
@@ -205,6 +221,7 @@ fn device() -> Device {
 
 #[test]
 fn resume_from_a_checkpoint_is_bit_exact() {
+    let _s = serial();
     let dev = device();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ckpt.safetensors");
@@ -235,6 +252,7 @@ fn resume_from_a_checkpoint_is_bit_exact() {
 
 #[test]
 fn a_corrupted_checkpoint_is_refused_and_nothing_changes() {
+    let _s = serial();
     let dev = device();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ckpt.safetensors");
