@@ -53,16 +53,13 @@ impl Rows {
                 "steps/s" => "steps_per_s",
                 _ => "sentences_per_s",
             };
-            println!(
-                "{}",
-                {
-                    let mut v = serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate });
-                    if let (Some(obj), Some(extra)) = (v.as_object_mut(), r.extra.as_ref().and_then(|e| e.as_object())) {
-                        obj.extend(extra.clone());
-                    }
-                    v
+            println!("{}", {
+                let mut v = serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate });
+                if let (Some(obj), Some(extra)) = (v.as_object_mut(), r.extra.as_ref().and_then(|e| e.as_object())) {
+                    obj.extend(extra.clone());
                 }
-            );
+                v
+            });
         } else {
             println!(
                 "{:<12} {:<6} {:<22} {:>10.2} ms  {:>10.2} {:<12} (cold {:.0} ms)",
@@ -130,7 +127,10 @@ impl Trainer {
                 .add(Activation::Relu)
                 .add(Linear::new(64, 10, true, 4, d))
         } else {
-            Sequential::new().add(Linear::new(784, 256, true, 1, d)).add(Activation::Relu).add(Linear::new(256, 10, true, 2, d))
+            Sequential::new()
+                .add(Linear::new(784, 256, true, 1, d))
+                .add(Activation::Relu)
+                .add(Linear::new(256, 10, true, 2, d))
         };
         let shape = if cnn { vec![64, 1, 28, 28] } else { vec![64, 784] };
         let x = Tensor::rand(shape, 5, d);
@@ -267,12 +267,14 @@ fn main() -> tessera::Result<()> {
         let after = d.stats();
         let steps = (t.opt.steps() - 1) as f64;
         let per = |a: u64, b: u64| (a - b) as f64 / steps.max(1.0);
-        let cold = std::process::Command::new(std::env::current_exe().map_err(|e| tessera::Error::Io { path: "bench".into(), message: e.to_string() })?)
-            .args(["--cold-train", kind])
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
-            .unwrap_or(f64::NAN);
+        let cold = std::process::Command::new(
+            std::env::current_exe().map_err(|e| tessera::Error::Io { path: "bench".into(), message: e.to_string() })?,
+        )
+        .args(["--cold-train", kind])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
         rows.push(Row {
             case,
             dtype: "f32".into(),

@@ -45,8 +45,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for (var k0 = 0u; k0 < K; k0 = k0 + BK) {
         for (var l = 0u; l < TM; l = l + 1u) {
             let e = tid + l * 256u;
-            let r = e / BK;
-            let kk = e % BK;
+            // Neighbouring invocations read neighbouring addresses: along K for a
+            // row-major A, along M for a transposed one.
+            let r = select(e / BK, e % BM, TRANS_A);
+            let kk = select(e % BK, e / BM, TRANS_A);
             let gr = row0 + r;
             let gk = k0 + kk;
             var v = 0.0;
@@ -57,8 +59,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         for (var l = 0u; l < TN; l = l + 1u) {
             let e = tid + l * 256u;
-            let kk = e / BN;
-            let c = e % BN;
+            // Along N for a row-major B, along K for a transposed one.
+            let kk = select(e / BN, e % BK, TRANS_B);
+            let c = select(e % BN, e / BK, TRANS_B);
             let gk = k0 + kk;
             let gc = col0 + c;
             var v = 0.0;

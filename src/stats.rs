@@ -16,6 +16,10 @@ pub struct Stats {
     pub pipelines_compiled: u64,
     /// Pipeline cache hits.
     pub pipeline_cache_hits: u64,
+    /// Realisations that scheduled and rendered their graph (plan cache misses).
+    pub plans_built: u64,
+    /// Realisations that replayed a cached plan of the same graph structure.
+    pub plans_replayed: u64,
     /// Device buffers created (pool misses).
     pub buffers_allocated: u64,
     /// Bytes of device buffers held by live tensors and running plans.
@@ -30,10 +34,12 @@ impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "kernels {} | submits {} | realizations {} | pipelines {} (cache hits {}) | buffers {} | in use {} B (peak {} B) | allocated {} B",
+            "kernels {} | submits {} | realizations {} | plans built {} replayed {} | pipelines {} (cache hits {}) | buffers {} | in use {} B (peak {} B) | allocated {} B",
             self.kernels_dispatched,
             self.submits,
             self.realizations,
+            self.plans_built,
+            self.plans_replayed,
             self.pipelines_compiled,
             self.pipeline_cache_hits,
             self.buffers_allocated,
@@ -52,6 +58,8 @@ pub(crate) struct Counters {
     pub realizations: AtomicU64,
     pub pipelines: AtomicU64,
     pub pipeline_hits: AtomicU64,
+    pub plans: AtomicU64,
+    pub replays: AtomicU64,
     pub buffers: AtomicU64,
     pub in_use: AtomicU64,
     pub peak: AtomicU64,
@@ -64,6 +72,8 @@ pub(crate) static GLOBAL: Counters = Counters {
     realizations: AtomicU64::new(0),
     pipelines: AtomicU64::new(0),
     pipeline_hits: AtomicU64::new(0),
+    plans: AtomicU64::new(0),
+    replays: AtomicU64::new(0),
     buffers: AtomicU64::new(0),
     in_use: AtomicU64::new(0),
     peak: AtomicU64::new(0),
@@ -78,6 +88,8 @@ pub(crate) enum Counter {
     Realizations,
     Pipelines,
     PipelineHits,
+    Plans,
+    Replays,
     Buffers,
 }
 
@@ -89,6 +101,8 @@ impl Counters {
             Counter::Realizations => &self.realizations,
             Counter::Pipelines => &self.pipelines,
             Counter::PipelineHits => &self.pipeline_hits,
+            Counter::Plans => &self.plans,
+            Counter::Replays => &self.replays,
             Counter::Buffers => &self.buffers,
         }
     }
@@ -129,6 +143,8 @@ impl Counters {
             realizations: self.realizations.load(Relaxed),
             pipelines_compiled: self.pipelines.load(Relaxed),
             pipeline_cache_hits: self.pipeline_hits.load(Relaxed),
+            plans_built: self.plans.load(Relaxed),
+            plans_replayed: self.replays.load(Relaxed),
             buffers_allocated: self.buffers.load(Relaxed),
             bytes_in_use: self.in_use.load(Relaxed),
             peak_bytes: self.peak.load(Relaxed),

@@ -73,7 +73,12 @@ fn a_training_step_is_one_submit_and_the_loss_falls() {
 /// One parameter `p`, loss `sum(p * c)` so the gradient is `c` every step.
 fn run_opt(opt: &mut dyn Optimizer, steps: usize) -> Vec<f64> {
     let dev = Device::cpu_exact();
-    let mut model = Linear { name: String::new(), weight: Tensor::from_f64(&[1.0, -2.0], [1, 2], DType::F32, &dev).requires_grad(), bias: None, compute_dtype: DType::F32 };
+    let mut model = Linear {
+        name: String::new(),
+        weight: Tensor::from_f64(&[1.0, -2.0], [1, 2], DType::F32, &dev).requires_grad(),
+        bias: None,
+        compute_dtype: DType::F32,
+    };
     let c = Tensor::from_f64(&[0.5, -3.0], [1, 2], DType::F32, &dev);
     for _ in 0..steps {
         let l = model.weight.mul(&c).sum_all();
@@ -163,15 +168,27 @@ fn schedules_clipping_and_loss_scaling() {
         let mut scaler = GradScaler::new(1e4);
         let (xb, yb) = batch(&dev, 0);
         let l = loss::cross_entropy(&model.forward(&xb.mul_scalar(1e36)), &yb);
-        let r = optim::step_blocking(&mut model, &mut opt, &l, &[], StepOptions { scaler: Some(&mut scaler), ..Default::default() })
-            .unwrap();
+        let r = optim::step_blocking(
+            &mut model,
+            &mut opt,
+            &l,
+            &[],
+            StepOptions { scaler: Some(&mut scaler), ..Default::default() },
+        )
+        .unwrap();
         assert!(!r.applied, "an overflowing step must be skipped on {}", label(&dev));
         assert_eq!((scaler.scale, scaler.skipped), (5e3, 1));
         assert_eq!(params(&mut model), before, "parameters unchanged by a skipped step on {}", label(&dev));
         let mut ok = GradScaler::new(1024.0);
         let l = loss::cross_entropy(&model.forward(&xb), &yb);
-        let r = optim::step_blocking(&mut model, &mut opt, &l, &[], StepOptions { scaler: Some(&mut ok), ..Default::default() })
-            .unwrap();
+        let r = optim::step_blocking(
+            &mut model,
+            &mut opt,
+            &l,
+            &[],
+            StepOptions { scaler: Some(&mut ok), ..Default::default() },
+        )
+        .unwrap();
         assert!(r.applied);
         assert_ne!(params(&mut model), before);
     }
@@ -194,7 +211,12 @@ fn module_state_names_and_modes() {
     let st = bn.state_dict();
     let rm = st.iter().find(|(n, _)| n == "running_mean").unwrap().1.to_vec_blocking::<f32>().unwrap();
     let mean = x.mean(&[0, 2, 3], false).to_vec_blocking::<f32>().unwrap();
-    assert_close("running mean", &rm.iter().map(|&v| v as f64).collect::<Vec<_>>(), &mean.iter().map(|&v| 0.1 * v as f64).collect::<Vec<_>>(), Tol { atol: 1e-6, rtol: 1e-5 });
+    assert_close(
+        "running mean",
+        &rm.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        &mean.iter().map(|&v| 0.1 * v as f64).collect::<Vec<_>>(),
+        Tol { atol: 1e-6, rtol: 1e-5 },
+    );
     bn.set_training(false);
     let ye = bn.forward(&x).to_vec_blocking::<f32>().unwrap();
     let y2 = bn.forward(&x).to_vec_blocking::<f32>().unwrap();
@@ -236,7 +258,10 @@ fn resume_from_a_checkpoint_is_bit_exact() {
     let md = BTreeMap::from([("step".to_string(), "3".to_string())]);
     tessera::io::checkpoint::save(&path, &mut b, &mut ob, &md).unwrap();
     drop((b, ob));
-    let mut c = Sequential::new().add(Linear::new(8, 16, true, 77, &dev)).add(Activation::Relu).add(Linear::new(16, 3, true, 78, &dev));
+    let mut c = Sequential::new()
+        .add(Linear::new(8, 16, true, 77, &dev))
+        .add(Activation::Relu)
+        .add(Linear::new(16, 3, true, 78, &dev));
     let mut oc = Adam::adamw(0.5, 0.01);
     let meta = tessera::io::checkpoint::load(&path, &mut c, &mut oc, &dev).unwrap();
     assert_eq!(meta.get("step").map(String::as_str), Some("3"));

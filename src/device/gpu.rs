@@ -35,6 +35,8 @@ pub(crate) struct GpuContext {
     pub pool: BufferPool,
     pub counters: Arc<Counters>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Rendered schedules by graph structure ([`crate::graph::plan`]).
+    pub plans: crate::graph::plan::PlanCache,
     pub lost: Arc<Mutex<Option<String>>>,
     pub uncaptured: Arc<Mutex<Vec<String>>>,
     /// Whether this device must be used under [`GL_LOCK`].
@@ -250,6 +252,7 @@ impl GpuContext {
             pool: BufferPool::new(counters.clone()),
             counters,
             pipelines: Mutex::new(HashMap::new()),
+            plans: Default::default(),
             lost,
             uncaptured,
             serial: false,

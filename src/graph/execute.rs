@@ -1,6 +1,7 @@
 //! The GPU executor: schedule, render, plan buffers, encode every dispatch into one
 //! command encoder, submit once, and read back only what was asked for.
 
+use super::plan;
 use super::schedule::{matmul_operand, schedule, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
@@ -102,7 +103,21 @@ pub(crate) async fn run(
     let _serial = ctx.exclusive();
     ctx.check_alive()?;
     ctx.take_uncaptured("an earlier operation")?;
-    let mut specs = plan_kernels(&ctx.caps, dev.max_kernel_inputs(), targets)?;
+    let sig = plan::Signature::of(targets);
+    let cached = if plan::replay_enabled() { ctx.plans.replay(&sig) } else { None };
+    let mut specs = match cached {
+        Some(specs) => {
+            dev.0.counters.add(Counter::Replays, 1);
+            specs
+        }
+        None => {
+            let specs = plan_kernels(&ctx.caps, dev.max_kernel_inputs(), targets)?;
+            ctx.plans.store(&sig, &specs);
+            dev.0.counters.add(Counter::Plans, 1);
+            specs
+        }
+    };
+    drop(sig);
     check_limits(dev, &specs)?;
     if specs.is_empty() && !read {
         // Everything is realised already: nothing to encode, no submit.

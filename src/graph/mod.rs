@@ -6,6 +6,7 @@
 pub mod dot;
 pub(crate) mod execute;
 pub(crate) mod interpret;
+pub(crate) mod plan;
 pub mod schedule;
 
 use crate::{DType, Shape};

@@ -35,6 +35,50 @@ impl Ix {
     }
 }
 
+/// Which scalar of a node a meta slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScalarField {
+    /// `Full`'s value, `Pad`'s and `Im2col`'s padding value.
+    Value,
+    /// `Arange`'s start and step.
+    Start,
+    Step,
+    /// The low and high words of `Rand`'s seed.
+    SeedLo,
+    SeedHi,
+}
+
+/// A meta slot filled from a node's scalar: what changes between two graphs of one
+/// structure (a learning rate, a dropout seed), so a cached plan refills only these.
+#[derive(Clone, Copy, Debug)]
+pub struct MetaPatch {
+    pub index: usize,
+    pub node: u64,
+    pub field: ScalarField,
+    pub dtype: DType,
+}
+
+impl ScalarField {
+    /// The meta word this field of `op` gives at `dtype` (as `Gen::scalar` encodes it).
+    pub fn word(self, op: &Op, dtype: DType) -> Option<u32> {
+        let v = match (self, op) {
+            (ScalarField::Value, Op::Full { value } | Op::Pad { value, .. }) => *value,
+            (ScalarField::Value, Op::Im2col { pad_value, .. }) => *pad_value,
+            (ScalarField::Start, Op::Arange { start, .. }) => *start,
+            (ScalarField::Step, Op::Arange { step, .. }) => *step,
+            (ScalarField::SeedLo, Op::Rand { seed, .. }) => return Some(*seed as u32),
+            (ScalarField::SeedHi, Op::Rand { seed, .. }) => return Some((*seed >> 32) as u32),
+            _ => return None,
+        };
+        Some(match dtype {
+            DType::F32 | DType::F16 | DType::Q8_0 | DType::Q4_0 => (v as f32).to_bits(),
+            DType::I32 => (v as i64 as i32) as u32,
+            DType::U32 => v as i64 as u32,
+            DType::Bool => u32::from(v != 0.0),
+        })
+    }
+}
+
 /// Renders one kernel's expression functions.
 pub(crate) struct Gen<'a> {
     pub caps: ShaderCaps,
@@ -54,6 +98,8 @@ pub(crate) struct Gen<'a> {
     pub ops: Vec<String>,
     /// Meta slot holding this kernel's first status word (set by the executor).
     pub status_slot: Option<usize>,
+    /// Meta slots that hold a node's scalar (see [`MetaPatch`]).
+    pub patches: Vec<MetaPatch>,
 }
 
 impl<'a> Gen<'a> {
@@ -74,7 +120,16 @@ impl<'a> Gen<'a> {
             uses_f16: false,
             ops: Vec::new(),
             status_slot: None,
+            patches: Vec::new(),
         }
+    }
+
+    /// [`Gen::scalar`] for field `field` of node `t`, recorded so a replayed plan can
+    /// refill the slot from a new graph's node.
+    fn scalar_of(&mut self, t: &Tensor, field: ScalarField, v: f64, dtype: DType) -> String {
+        let e = self.scalar(v, dtype);
+        self.patches.push(MetaPatch { index: self.meta.len() - 1, node: t.id(), field, dtype });
+        e
     }
 
     /// Reserve a meta slot holding `v`; returns its WGSL read expression.
@@ -221,17 +276,30 @@ impl<'a> Gen<'a> {
             self.ops.push(n.op.name());
         }
         let v = match &n.op {
-            Op::Full { value } => return self.scalar(*value, dt),
+            Op::Full { value } => return self.scalar_of(t, ScalarField::Value, *value, dt),
             Op::Arange { start, step } => {
                 let i = self.linear(ix, t);
-                let (s, st) = (self.scalar(*start, dt), self.scalar(*step, dt));
+                let s = self.scalar_of(t, ScalarField::Start, *start, dt);
+                let st = self.scalar_of(t, ScalarField::Step, *step, dt);
                 let ty = compute_type(dt);
                 self.let_("v", format!("{s} + {ty}({i}) * {st}"))
             }
             Op::Rand { seed, normal } => {
                 let i = self.linear(ix, t);
                 let lo = self.slot(*seed as u32);
+                self.patches.push(MetaPatch {
+                    index: self.meta.len() - 1,
+                    node: t.id(),
+                    field: ScalarField::SeedLo,
+                    dtype: DType::U32,
+                });
                 let hi = self.slot((*seed >> 32) as u32);
+                self.patches.push(MetaPatch {
+                    index: self.meta.len() - 1,
+                    node: t.id(),
+                    field: ScalarField::SeedHi,
+                    dtype: DType::U32,
+                });
                 if *normal {
                     self.let_("v", format!("rand_normal({i}, {lo}, {hi})"))
                 } else {
@@ -321,7 +389,7 @@ impl<'a> Gen<'a> {
                 if conds.is_empty() {
                     inner
                 } else {
-                    let pv = self.scalar(*value, dt);
+                    let pv = self.scalar_of(t, ScalarField::Value, *value, dt);
                     self.let_("v", format!("select({pv}, {inner}, {})", conds.join(" && ")))
                 }
             }
@@ -374,7 +442,7 @@ impl<'a> Gen<'a> {
                 let ok = self
                     .let_("ok", format!("{hh} >= 0 && {ww} >= 0 && {hh} < i32({}) && {ww} < i32({})", sd[2], sd[3]));
                 let v = self.fresh("v");
-                let pv = self.scalar(*pad_value, dt);
+                let pv = self.scalar_of(t, ScalarField::Value, *pad_value, dt);
                 self.emit(&format!("var {v}: {} = {pv};", compute_type(dt)));
                 self.emit(&format!("if ({ok}) {{"));
                 self.indent += 1;
@@ -517,6 +585,7 @@ impl<'a> Gen<'a> {
     /// The finished kernel: this generator's parameters, leaves and checks.
     pub fn finish(self, label: String, source: String, root: &Tensor, workgroups: [u32; 3]) -> super::KernelSpec {
         super::KernelSpec {
+            patches: self.patches,
             label,
             source,
             meta: self.meta,

@@ -87,5 +87,6 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         checks: Vec::new(),
         status_slot: None,
         workgroups,
+        patches: Vec::new(),
     })
 }

@@ -68,6 +68,8 @@ pub struct KernelSpec {
     pub status_slot: Option<usize>,
     /// Workgroups in x, y, z.
     pub workgroups: [u32; 3],
+    /// Meta slots holding node scalars (refilled when a cached plan is replayed).
+    pub patches: Vec<codegen::MetaPatch>,
 }
 
 /// WGSL storage element type for a dtype.

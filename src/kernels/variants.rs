@@ -124,7 +124,11 @@ pub fn covering_graphs() -> Vec<Tensor> {
     out.extend([a.matmul(&b), a.cast(DType::F16).matmul(&b.cast(DType::F16)), a.t().matmul(&a)]);
     // Row tiles of 16, 32 and 64 (chosen by M).
     let tall = Tensor::rand([70, 4], 8, &d);
-    out.extend([Tensor::rand([20, 4], 7, &d).matmul(&b), tall.matmul(&b), tall.t().matmul(&Tensor::rand([70, 40], 8, &d))]);
+    out.extend([
+        Tensor::rand([20, 4], 7, &d).matmul(&b),
+        tall.matmul(&b),
+        tall.t().matmul(&Tensor::rand([70, 40], 8, &d)),
+    ]);
     // Convolution windows and their adjoint.
     let img = Tensor::rand([2, 3, 7, 6], 9, &d);
     let win = crate::graph::Window { kernel: (3, 2), stride: (2, 1), padding: (1, 0), dilation: (1, 2) };
