@@ -134,7 +134,7 @@ impl Trainer {
         };
         let shape = if cnn { vec![64, 1, 28, 28] } else { vec![64, 784] };
         let x = Tensor::rand(shape, 5, d);
-        let labels: Vec<i32> = (0..64).map(|i| (i * 7 % 10) as i32).collect();
+        let labels: Vec<i32> = (0..64).map(|i: i32| i * 7 % 10).collect();
         let y = Tensor::from_slice(&labels, [64], d);
         tessera::read_all_blocking(&[x.clone(), y.clone()]).expect("upload");
         Trainer { model, opt: Adam::new(1e-3), x, y }

@@ -66,6 +66,18 @@ impl Gradients {
         self.map.insert(t.id(), g);
     }
 
+    /// Add `other`'s gradients to these (lazily): gradient accumulation over several
+    /// backward passes, such as micro-batches.
+    pub fn accumulate(&mut self, other: &Gradients) {
+        for (id, g) in &other.map {
+            let sum = match self.map.get(id) {
+                Some(prev) => prev.add(g),
+                None => g.clone(),
+            };
+            self.map.insert(*id, sum);
+        }
+    }
+
     /// Replace every gradient with `f(gradient)`.
     pub fn map_all(&mut self, f: impl Fn(&Tensor) -> Tensor) {
         for g in self.map.values_mut() {

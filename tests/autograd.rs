@@ -202,6 +202,11 @@ fn backward_api() {
     // A tensor used twice accumulates both paths.
     let g2 = x.mul(&x).add(&x).sum_all().backward().unwrap();
     assert_eq!(g2.get(&x).unwrap().to_vec_blocking::<f32>().unwrap(), vec![3.0, 5.0, 7.0]);
+    // Gradients of two backward passes accumulate.
+    let mut acc = x.mul(&y).sum_all().backward().unwrap();
+    acc.accumulate(&x.square().sum_all().backward().unwrap());
+    assert_eq!(acc.get(&x).unwrap().to_vec_blocking::<f32>().unwrap(), vec![6.0, 9.0, 12.0]);
+    assert_eq!(acc.get(&y).unwrap().to_vec_blocking::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
     // Errors, not panics.
     assert!(x.mul(&y).backward().is_err(), "a non-scalar loss needs a seed");
     let unrelated = Tensor::ones([1], DType::F32, &dev);
@@ -279,7 +284,7 @@ fn conv2d_matches_direct_convolution() {
     let xv = data(n * c * h * w, 1, -1.0, 1.0);
     let wv = data(oc * (c / 2) * k * k, 2, -1.0, 1.0);
     let bv = data(oc, 3, -1.0, 1.0);
-    let oh = (h + 2 - 2 * 1 - 1) / 2 + 1;
+    let oh = (h + 2 - 2 - 1) / 2 + 1; // padding 1 each side, span 3 (no dilation), stride 2
     let ow = (w + 4 - 2 * 2 - 1) + 1;
     let mut want = vec![0.0f64; n * oc * oh * ow];
     let cg = c / 2;

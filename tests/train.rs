@@ -312,3 +312,33 @@ fn a_corrupted_checkpoint_is_refused_and_nothing_changes() {
     tessera::io::checkpoint::load(&path, &mut fresh, &mut o3, &dev).unwrap();
     assert_eq!(params(&mut fresh), params(&mut m));
 }
+
+#[test]
+fn mixed_precision_trains_with_f32_master_weights() {
+    let _s = serial();
+    for dev in gpu_devices() {
+        let mut model = Sequential::new()
+            .add(Linear { compute_dtype: DType::F16, ..Linear::new(8, 16, true, 1, dev) })
+            .add(Activation::Relu)
+            .add(Linear { compute_dtype: DType::F16, ..Linear::new(16, 3, true, 2, dev) });
+        let mut opt = Adam::new(0.05);
+        let mut scaler = GradScaler::new(1024.0);
+        let mut losses = Vec::new();
+        for k in 0..30 {
+            let (x, y) = batch(dev, k % 4);
+            let l = loss::cross_entropy(&model.forward(&x), &y);
+            let r = optim::step_blocking(
+                &mut model,
+                &mut opt,
+                &l,
+                &[],
+                StepOptions { scaler: Some(&mut scaler), ..Default::default() },
+            )
+            .unwrap_or_else(|e| panic!("f16 step on {}: {e}", label(dev)));
+            losses.push(r.values[0][0]);
+        }
+        assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F32), "master weights stay f32");
+        let last = losses[26..].iter().sum::<f64>() / 4.0;
+        assert!(last < 0.5 * losses[0], "f16 loss {} -> {last} on {}", losses[0], label(dev));
+    }
+}

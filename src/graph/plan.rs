@@ -86,12 +86,13 @@ impl Signature {
         let mut nodes = Vec::with_capacity(order.len() + 8);
         let mut pos: HashMap<u64, usize> = HashMap::with_capacity(order.len() + 8);
         let leaf = |t: &Tensor, nodes: &mut Vec<Tensor>, pos: &mut HashMap<u64, usize>, h: &mut DefaultHasher| {
-            if !pos.contains_key(&t.id()) {
-                pos.insert(t.id(), nodes.len());
+            let next = nodes.len();
+            let p = *pos.entry(t.id()).or_insert(next);
+            if p == next {
                 nodes.push(t.clone());
                 (0xfeed_u32, t.dims(), t.dtype()).hash(h);
             }
-            pos[&t.id()]
+            p
         };
         for t in &order {
             let mut ins = Vec::with_capacity(t.node().inputs.len());

@@ -207,7 +207,7 @@ fn pool_impl(x: &Tensor, k: usize, stride: usize, padding: usize, max: bool, loc
     }
     let d = x.dims().to_vec();
     // Non-overlapping windows that tile the input: a reshape and one reduction.
-    if stride == k && padding == 0 && d[2] % k == 0 && d[3] % k == 0 {
+    if stride == k && padding == 0 && d[2].is_multiple_of(k) && d[3].is_multiple_of(k) {
         let r = x.reshape(vec![d[0], d[1], d[2] / k, k, d[3] / k, k]);
         return Ok(if max { r.max(&[3, 5], false) } else { r.mean(&[3, 5], false) });
     }

@@ -371,7 +371,7 @@ pub async fn step(
     o: StepOptions<'_>,
 ) -> Result<StepResult> {
     loss.check()?;
-    let StepOptions { clip_norm, clip_value, mut scaler } = o;
+    let StepOptions { clip_norm, clip_value, scaler } = o;
     let scale = scaler.as_ref().map(|s| s.scale);
     let mut grads = match scale {
         Some(s) => loss.mul_scalar(s).backward()?,
@@ -411,7 +411,7 @@ pub async fn step(
         Some(_) => values.pop().and_then(|v| v.first().copied()).unwrap_or(0.0) != 0.0,
         None => true,
     };
-    if let Some(s) = scaler.as_deref_mut() {
+    if let Some(s) = scaler {
         s.update(applied);
     }
     for s in slots.iter_mut() {
