@@ -259,3 +259,27 @@ fn adapters_are_picked_by_name_or_backend() {
     let e = Device::with_options(none).unwrap_err();
     assert!(matches!(e, tessera::Error::NoAdapter(_)) && e.to_string().contains("no adapter matches"), "{e}");
 }
+
+/// A graph of the same structure with new leaves and new scalars replays its cached
+/// plan, and the new scalars take effect.
+#[test]
+fn plans_replay_with_new_scalars() {
+    for dev in common::gpu_devices() {
+        let run = |scale: f64, seed: u64, shift: f64| {
+            let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev);
+            let noise = Tensor::rand([4], seed, dev);
+            let y = x.mul_scalar(scale).add(&noise).sub(&noise).pad(&[(1, 0)], shift).sum(&[], false);
+            (y.item_blocking::<f32>().unwrap(), noise.to_vec_blocking::<f32>().unwrap())
+        };
+        let before = dev.stats();
+        let (a, na) = run(2.0, 1, 0.5);
+        let mid = dev.stats();
+        let (b, nb) = run(3.0, 2, -1.0);
+        let after = dev.stats();
+        assert!((a - 20.5).abs() < 1e-4, "{a} on {}", common::label(dev));
+        assert!((b - 29.0).abs() < 1e-4, "{b}: the new scalars must be used on {}", common::label(dev));
+        assert_ne!(na, nb, "a new seed gives new numbers");
+        assert!(after.plans_replayed > mid.plans_replayed, "the second graph replays on {}", common::label(dev));
+        assert!(mid.plans_built > before.plans_built);
+    }
+}

@@ -37,8 +37,20 @@ pub fn join(prefix: &str, name: &str) -> String {
     }
 }
 
+/// `Send + Sync` on native targets; nothing in the browser, where GPU handles are not
+/// thread-safe (wasm is single-threaded).
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSync: Send + Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + Sync> MaybeSync for T {}
+/// `Send + Sync` on native targets; nothing in the browser.
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSync {}
+#[cfg(target_arch = "wasm32")]
+impl<T> MaybeSync for T {}
+
 /// Something with named state.
-pub trait Module: Send + Sync {
+pub trait Module: MaybeSync {
     /// Push every slot of this module (and its children) under `prefix`.
     fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>);
 

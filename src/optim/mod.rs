@@ -12,7 +12,7 @@ use crate::{Error, Gradients, Result, Tensor};
 use std::collections::HashMap;
 
 /// An optimiser: turns gradients into lazy parameter updates.
-pub trait Optimizer: Send {
+pub trait Optimizer: crate::nn::MaybeSync {
     /// Replace every trainable slot that has a gradient with its updated value (lazy).
     /// With `apply` (a Bool scalar), the update only happens where it is true: a step
     /// with overflowing gradients leaves parameters and state as they were.
