@@ -1,5 +1,7 @@
 // Batched matmul C[b] = A[b] @ B[b] with broadcast batch axes. Each workgroup computes a
-// BM x BN tile of C; each of its 16 x 16 invocations a TM x TN block in registers.
+// BM x BN tile of C; each of its 16 x 16 invocations a TM x TN block in registers,
+// strided by 16 (rows lid.y + 16i, columns lid.x + 16j) so neighbouring invocations read
+// neighbouring workgroup-memory words and write neighbouring outputs.
 // K advances in BK-wide tiles staged in workgroup memory. TRANS_A / TRANS_B (set by the
 // header) read an operand stored transposed, so `x @ w.t()` needs no copy.
 // meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
@@ -75,10 +77,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             var a: array<f32, 4>;
             var b: array<f32, 4>;
             for (var i = 0u; i < TM; i = i + 1u) {
-                a[i] = tile_a[kk * BM + lid.y * TM + i];
+                a[i] = tile_a[kk * BM + i * 16u + lid.y];
             }
             for (var j = 0u; j < TN; j = j + 1u) {
-                b[j] = tile_b[kk * BN + lid.x * TN + j];
+                b[j] = tile_b[kk * BN + j * 16u + lid.x];
             }
             for (var i = 0u; i < TM; i = i + 1u) {
                 for (var j = 0u; j < TN; j = j + 1u) {
@@ -92,8 +94,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let off_c = wid.z * M * N;
     for (var i = 0u; i < TM; i = i + 1u) {
         for (var j = 0u; j < TN; j = j + 1u) {
-            let r = row0 + lid.y * TM + i;
-            let c = col0 + lid.x * TN + j;
+            let r = row0 + i * 16u + lid.y;
+            let c = col0 + j * 16u + lid.x;
             if (r < M && c < N) {
                 out[off_c + r * N + c] = acc[i * TN + j];
             }
