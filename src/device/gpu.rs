@@ -209,6 +209,7 @@ impl GpuContext {
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
+        ctx.caps.direct_matmul = crate::kernels::matmul::prefer_direct(&ctx.info.device_type);
         ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
@@ -240,7 +241,11 @@ impl GpuContext {
         let caps = capabilities((0, 0), features, &limits);
         let counters = Arc::new(Counters::default());
         GpuContext {
-            caps: ShaderCaps { native_f16: caps.shader_f16, max_workgroups: caps.max_compute_workgroups_per_dimension },
+            caps: ShaderCaps {
+                native_f16: caps.shader_f16,
+                max_workgroups: caps.max_compute_workgroups_per_dimension,
+                direct_matmul: crate::kernels::matmul::prefer_direct("Other"),
+            },
             info: DeviceInfo {
                 name: "wgpu device".into(),
                 backend: "wgpu".into(),

@@ -7,6 +7,16 @@ use crate::{DType, Error, Result, Tensor};
 /// Largest output tile edge (rows and columns per workgroup).
 pub const TILE: usize = 64;
 
+/// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
+/// adapters, the workgroup-tiled one on GPUs; `TESSERA_MATMUL=tiled|direct` overrides.
+pub fn prefer_direct(device_type: &str) -> bool {
+    match std::env::var("TESSERA_MATMUL").as_deref() {
+        Ok("direct") => true,
+        Ok("tiled") => false,
+        _ => device_type == "Cpu",
+    }
+}
+
 /// Render the matmul producing `root` from operands `a` and `b`: the tensors owning their
 /// buffers, each with whether it is stored transposed (`[.., n, k]` for `b`).
 pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &ShaderCaps) -> Result<KernelSpec> {
@@ -61,10 +71,11 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     src.push_str(&format!(
         "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\n"
     ));
-    src.push_str(sources::MATMUL);
+    src.push_str(if caps.direct_matmul { sources::MATMUL_DIRECT } else { sources::MATMUL });
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
-    let label = format!("matmul_{}_{}x{}_{layout}", a.dtype(), bm, bn);
+    let kind = if caps.direct_matmul { "direct_" } else { "" };
+    let label = format!("matmul_{kind}{}_{}x{}_{layout}", a.dtype(), bm, bn);
     let gx = n.div_ceil(bn);
     let gy = m.div_ceil(bm);
     let max = caps.max_workgroups as usize;

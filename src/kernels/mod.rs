@@ -21,6 +21,7 @@ pub mod sources {
     pub const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
     pub const REDUCE_SMALL: &str = include_str!("../../shaders/reduce_small.wgsl");
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+    pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
 }
 
 /// What the target adapter can do, as far as shader text is concerned.
@@ -30,6 +31,9 @@ pub struct ShaderCaps {
     pub native_f16: bool,
     /// Largest workgroup count per dispatch dimension.
     pub max_workgroups: u32,
+    /// Matmul without workgroup memory (`matmul_direct.wgsl`): the choice for CPU
+    /// adapters, where barriers are costly and caches do the tiling.
+    pub direct_matmul: bool,
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).

@@ -7,8 +7,13 @@ use super::{KernelSpec, ShaderCaps};
 use crate::{DType, Device, Result, Tensor};
 
 /// The two storage conventions for f16.
-pub fn all_caps() -> [ShaderCaps; 2] {
-    [ShaderCaps { native_f16: true, max_workgroups: 65535 }, ShaderCaps { native_f16: false, max_workgroups: 65535 }]
+pub fn all_caps() -> [ShaderCaps; 4] {
+    [
+        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: false },
+        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: false },
+        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: true },
+        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: true },
+    ]
 }
 
 /// Graphs whose kernels cover every op, dtype and kernel variant (built on the CPU
