@@ -50,18 +50,30 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for (var i = 0u; i < 16u; i = i + 1u) {
         acc[i] = 0.0;
     }
-    for (var k = 0u; k < K; k = k + 1u) {
-        var a: array<f32, 4>;
-        var b: array<f32, 4>;
+    // K in steps of 4 (independent loads in flight), then the remainder.
+    let k4 = K - K % 4u;
+    for (var k = 0u; k < k4; k = k + 4u) {
+        var a: array<vec4<f32>, 4>;
+        var b: array<vec4<f32>, 4>;
         for (var i = 0u; i < TM; i = i + 1u) {
-            a[i] = ld_a(ra[i] + k * sa);
+            let p = ra[i] + k * sa;
+            a[i] = vec4<f32>(ld_a(p), ld_a(p + sa), ld_a(p + 2u * sa), ld_a(p + 3u * sa));
         }
         for (var j = 0u; j < TN; j = j + 1u) {
-            b[j] = ld_b(cb[j] + k * sb);
+            let p = cb[j] + k * sb;
+            b[j] = vec4<f32>(ld_b(p), ld_b(p + sb), ld_b(p + 2u * sb), ld_b(p + 3u * sb));
         }
         for (var i = 0u; i < TM; i = i + 1u) {
             for (var j = 0u; j < TN; j = j + 1u) {
-                acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
+                acc[i * TN + j] = acc[i * TN + j] + dot(a[i], b[j]);
+            }
+        }
+    }
+    for (var k = k4; k < K; k = k + 1u) {
+        for (var i = 0u; i < TM; i = i + 1u) {
+            let av = ld_a(ra[i] + k * sa);
+            for (var j = 0u; j < TN; j = j + 1u) {
+                acc[i * TN + j] = fma(av, ld_b(cb[j] + k * sb), acc[i * TN + j]);
             }
         }
     }

@@ -209,7 +209,10 @@ impl GpuContext {
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
-        ctx.caps.direct_matmul = crate::kernels::matmul::prefer_direct(&ctx.info.device_type);
+        ctx.caps.direct_matmul = match options.tiled_matmul {
+            Some(tiled) => !tiled,
+            None => crate::kernels::matmul::prefer_direct(&ctx.info.device_type),
+        };
         ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));

@@ -76,6 +76,10 @@ pub struct DeviceOptions {
     /// Test hook: pretend the device allows at most this many workgroups per dispatch
     /// dimension, so the folding of large dispatches is exercised on small tensors.
     pub max_workgroups_per_dimension: Option<u32>,
+    /// Choose the matmul kernel: `Some(true)` the workgroup-tiled one, `Some(false)` the
+    /// direct one; `None` lets the adapter decide (direct on CPU adapters) or
+    /// `TESSERA_MATMUL=tiled|direct`.
+    pub tiled_matmul: Option<bool>,
 }
 
 impl DeviceOptions {
@@ -97,6 +101,7 @@ impl DeviceOptions {
             adapter_index: None,
             force_fallback: env("TESSERA_FORCE_FALLBACK").is_some_and(|v| v != "0"),
             max_workgroups_per_dimension: None,
+            tiled_matmul: None,
         }
     }
 }
@@ -183,6 +188,14 @@ impl Device {
     /// run here.
     pub fn cpu_exact() -> Device {
         Device::cpu_with(true)
+    }
+
+    /// Whether matmuls run the direct (barrier-free) kernel rather than the tiled one.
+    pub fn direct_matmul(&self) -> bool {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.caps.direct_matmul,
+            Backend::Cpu { .. } => false,
+        }
     }
 
     /// Whether this is the unrounded reference backend ([`Device::cpu_exact`]).

@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 use tessera::{DType, Device, DeviceOptions, Tensor};
 
 /// Every GPU device under test: each adapter, plus a forced-fallback twin where the
-/// adapter has native f16 or subgroups. `TESSERA_TEST_ADAPTERS=vulkan` (a substring of
+/// adapter has native f16 or subgroups. The twin also runs the other matmul kernel than
+/// the adapter's own choice (workgroup-tiled on CPU adapters, direct on GPUs), so both
+/// kernels are checked on every machine. `TESSERA_TEST_ADAPTERS=vulkan` (a substring of
 /// name or backend) narrows the list.
 pub fn gpu_devices() -> &'static [Device] {
     static DEVICES: OnceLock<Vec<Device>> = OnceLock::new();
@@ -19,10 +21,12 @@ pub fn gpu_devices() -> &'static [Device] {
             if filter.as_ref().is_some_and(|f| !f.split(',').any(|p| label.contains(p.trim()))) {
                 continue;
             }
-            let open = |force_fallback| {
+            let cpu_adapter = a.device_type == "Cpu";
+            let open = |force_fallback: bool| {
                 Device::with_options(DeviceOptions {
                     adapter_index: Some(a.index),
                     force_fallback,
+                    tiled_matmul: force_fallback.then_some(cpu_adapter),
                     ..Default::default()
                 })
             };
@@ -45,7 +49,13 @@ pub fn gpu_devices() -> &'static [Device] {
 
 /// A readable name for a device under test.
 pub fn label(d: &Device) -> String {
-    format!("{} [{}{}]", d.info().name, d.info().backend, if d.info().forced_fallback { ", fallback" } else { "" })
+    format!(
+        "{} [{}{}{}]",
+        d.info().name,
+        d.info().backend,
+        if d.info().forced_fallback { ", fallback" } else { "" },
+        if d.direct_matmul() { ", direct matmul" } else { ", tiled matmul" }
+    )
 }
 
 /// Tolerance for comparing a device's values with the reference.
