@@ -8,8 +8,10 @@
 //! `matmul` (f32 square), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
 //! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh),
 //! `mlp-train` (MLP 784-256-10, batch 64, Adam) and `cnn-train` (the MNIST CNN, batch
-//! 64, Adam): steps/s, dispatches and submits per step, and `cold_ms`, the time from a
-//! fresh process's start to its first finished step (measured in a child process).
+//! 64, Adam): steps/s over blocks of 10 steps submitted back to back (the loss read
+//! after each block, as a training loop that logs every 10 steps), dispatches and
+//! submits per step, and `cold_ms`, the time from a fresh process's start to its first
+//! finished step (measured in a child process).
 
 use clap::Parser;
 use std::time::Instant;
@@ -140,10 +142,22 @@ impl Trainer {
         Trainer { model, opt: Adam::new(1e-3), x, y }
     }
 
-    fn step(&mut self) -> f64 {
+    /// One step; with `sync` false it is only submitted (the loss stays on the device).
+    fn step(&mut self, sync: bool) -> Tensor {
         let l = loss::cross_entropy(&self.model.forward(&self.x), &self.y);
-        let r = optim::step_blocking(&mut self.model, &mut self.opt, &l, &[], StepOptions::default()).expect("step");
-        r.values[0][0]
+        let o = StepOptions { no_sync: !sync, ..Default::default() };
+        optim::step_blocking(&mut self.model, &mut self.opt, &l, &[], o).expect("step");
+        l
+    }
+
+    /// `n` steps as a training loop runs them: submitted back to back (the next graph is
+    /// built while the GPU runs the last), the loss of the last one read at the end.
+    fn steps(&mut self, n: usize) {
+        for _ in 1..n {
+            self.step(false);
+        }
+        let l = self.step(false);
+        l.to_vec_blocking::<f32>().expect("loss");
     }
 }
 
@@ -152,7 +166,7 @@ fn main() -> tessera::Result<()> {
     let args = Args::parse();
     if let Some(kind) = &args.cold_train {
         let d = Device::new()?;
-        Trainer::new(kind, &d).step();
+        Trainer::new(kind, &d).step(true);
         println!("{}", started.elapsed().as_secs_f64() * 1e3);
         return Ok(());
     }
@@ -259,11 +273,12 @@ fn main() -> tessera::Result<()> {
             continue;
         }
         let mut t = Trainer::new(kind, &d);
-        t.step();
+        t.step(true);
         let before = d.stats();
-        let (ms, _) = time(args.seconds, || {
-            t.step();
-        });
+        // Blocks of 10 steps, each ending with a readback; the median block over 10.
+        let block = 10;
+        let (ms, _) = time(args.seconds, || t.steps(block));
+        let ms = ms / block as f64;
         let after = d.stats();
         let steps = (t.opt.steps() - 1) as f64;
         let per = |a: u64, b: u64| (a - b) as f64 / steps.max(1.0);

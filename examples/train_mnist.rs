@@ -61,6 +61,8 @@ struct Args {
 }
 
 const TRAIN: usize = 8000;
+/// Steps between readbacks of the training loss and accuracy.
+const LOG_EVERY: usize = 10;
 
 fn build(model: &str, seed: u64, dev: &Device, half: bool) -> tessera::Result<Sequential> {
     let lin = |i, o, s| {
@@ -200,7 +202,8 @@ fn run(args: Args) -> tessera::Result<()> {
         );
         bar.set_prefix(format!("{}/{}", epoch + 1, epochs));
         let t_epoch = Instant::now();
-        let (mut loss_sum, mut acc_sum, mut n) = (0.0, 0.0, 0.0);
+        let (mut loss_sum, mut acc_sum, mut n) = (0.0f64, 0.0f64, 0.0f64);
+        let mut pending: Vec<(u64, f64, Tensor, Tensor)> = Vec::new();
         for b in 0..steps_per_epoch {
             if step >= max_steps {
                 bar.finish_and_clear();
@@ -216,36 +219,46 @@ fn run(args: Args) -> tessera::Result<()> {
                 let _g = tessera::no_grad();
                 logits.argmax(&[-1], false).eq(&y).cast(DType::F32).mean(&[], false)
             };
-            let opts = StepOptions { scaler: args.mixed_precision.then_some(&mut scaler), ..Default::default() };
-            let r = tessera::optim::step_blocking(&mut model, &mut opt, &loss, std::slice::from_ref(&acc), opts)?;
-            let (l, a) = (r.values[0][0], r.values[1][0]);
+            // Steps are submitted back to back; losses and accuracies are read every
+            // LOG_EVERY steps (one readback for the lot), so the next step's graph is
+            // built while the GPU runs the last. Loss scaling reads every step.
+            let last_of_epoch = b + 1 == steps_per_epoch || step + 1 >= max_steps;
+            let sync = pending.len() + 1 >= LOG_EVERY || last_of_epoch;
+            let opts = StepOptions {
+                scaler: args.mixed_precision.then_some(&mut scaler),
+                no_sync: !sync,
+                ..Default::default()
+            };
+            tessera::optim::step_blocking(&mut model, &mut opt, &loss, &[], opts)?;
+            step += 1;
+            pending.push((step, lr, loss, acc));
+            if sync {
+                let ts: Vec<Tensor> = pending.iter().flat_map(|(_, _, l, a)| [l.clone(), a.clone()]).collect();
+                let vals = tessera::read_all_blocking(&ts)?;
+                for ((s, lr, _, _), v) in pending.drain(..).zip(vals.chunks(2)) {
+                    let (l, a) = (v[0][0], v[1][0]);
+                    loss_sum += l;
+                    acc_sum += a;
+                    n += 1.0;
+                    tb.scalar("train/loss", l, s)?;
+                    tb.scalar("train/accuracy", a, s)?;
+                    tb.scalar("train/lr", lr, s)?;
+                }
+            }
             if first_step_ms.is_none() {
                 first_step_ms = Some(started.elapsed().as_secs_f64() * 1e3);
             }
-            if step > 0 {
+            if step > 1 {
                 train_time += t0.elapsed().as_secs_f64();
                 steps_timed += 1;
             }
-            step += 1;
-            if std::env::var("TESSERA_DEBUG_STEPS").is_ok() {
-                let st = dev.stats();
-                eprintln!(
-                    "step {step}: {:.1} ms, loss {l:.4}, kernels {}, submits {}, pipelines {}, bytes in use {}",
-                    t0.elapsed().as_secs_f64() * 1e3,
-                    st.kernels_dispatched,
-                    st.submits,
-                    st.pipelines_compiled,
-                    st.bytes_in_use
-                );
-            }
-            loss_sum += l;
-            acc_sum += a;
-            n += 1.0;
-            tb.scalar("train/loss", l, step)?;
-            tb.scalar("train/accuracy", a, step)?;
-            tb.scalar("train/lr", lr, step)?;
             let sps = if train_time > 0.0 { steps_timed as f64 / train_time } else { 0.0 };
-            bar.set_message(format!("loss {:.4} acc {:.3} {:.1} steps/s", loss_sum / n, acc_sum / n, sps));
+            bar.set_message(format!(
+                "loss {:.4} acc {:.3} {:.1} steps/s",
+                loss_sum / n.max(1.0),
+                acc_sum / n.max(1.0),
+                sps
+            ));
             bar.inc(1);
         }
         bar.finish_and_clear();

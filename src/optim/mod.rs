@@ -348,6 +348,11 @@ pub struct StepOptions<'a> {
     pub clip_value: Option<f64>,
     /// Dynamic loss scaling (mixed precision).
     pub scaler: Option<&'a mut GradScaler>,
+    /// Do not wait for the GPU: the step is submitted, the loss and `read` tensors are
+    /// realised but not read back (`values` is empty; read the tensors later), so the
+    /// next step's graph is built while this one runs. Ignored with a `scaler`, which
+    /// must see whether the gradients were finite.
+    pub no_sync: bool,
 }
 
 /// The outcome of one training step.
@@ -371,7 +376,7 @@ pub async fn step(
     o: StepOptions<'_>,
 ) -> Result<StepResult> {
     loss.check()?;
-    let StepOptions { clip_norm, clip_value, scaler } = o;
+    let StepOptions { clip_norm, clip_value, scaler, no_sync } = o;
     let scale = scaler.as_ref().map(|s| s.scale);
     let mut grads = match scale {
         Some(s) => loss.mul_scalar(s).backward()?,
@@ -398,15 +403,15 @@ pub async fn step(
     if let Some(f) = &finite {
         to_read.push(f.clone());
     }
-    let t0 = std::time::Instant::now();
-    let mut values = loss.device().read_and_realize(&to_read, &keep).await?;
-    if std::env::var("TESSERA_DEBUG_STEPS").is_ok() {
-        eprintln!(
-            "  realise {:.1} ms; keep {:?}",
-            t0.elapsed().as_secs_f64() * 1e3,
-            keep.iter().map(|t| (t.id(), t.is_realized())).collect::<Vec<_>>()
-        );
-    }
+    let mut values = if no_sync && finite.is_none() {
+        // Submit and return: the loss and `read` stay on the device (read them later),
+        // and the caller builds the next step while this one runs.
+        keep.extend(to_read);
+        loss.device().realize(&keep).await?;
+        Vec::new()
+    } else {
+        loss.device().read_and_realize(&to_read, &keep).await?
+    };
     let applied = match &finite {
         Some(_) => values.pop().and_then(|v| v.first().copied()).unwrap_or(0.0) != 0.0,
         None => true,
