@@ -85,9 +85,12 @@ impl Gradients {
         }
     }
 
-    /// Every gradient (lazy tensors), in no particular order.
+    /// Every gradient (lazy tensors), ordered by the tensor they belong to (oldest
+    /// first), so graphs built from them have the same structure every step.
     pub fn tensors(&self) -> Vec<Tensor> {
-        self.map.values().cloned().collect()
+        let mut v: Vec<(&u64, &Tensor)> = self.map.iter().collect();
+        v.sort_by_key(|(id, _)| **id);
+        v.into_iter().map(|(_, t)| t.clone()).collect()
     }
 }
 

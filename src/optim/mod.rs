@@ -279,8 +279,7 @@ impl LrSchedule {
 
 /// Sum of squares of every gradient (lazy scalar).
 pub fn grad_sq_norm(grads: &Gradients) -> Option<Tensor> {
-    let mut parts: Vec<Tensor> = grads.tensors().iter().map(|g| g.cast(crate::DType::F32).square().sum_all()).collect();
-    parts.sort_by_key(|t| t.id());
+    let parts: Vec<Tensor> = grads.tensors().iter().map(|g| g.cast(crate::DType::F32).square().sum_all()).collect();
     let first = parts.first()?.clone();
     Some(parts[1..].iter().fold(first, |a, b| a.add(b)))
 }
