@@ -15,17 +15,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let K = m(2u);
     let nb = m(3u);
 
-    var rem = wid.z;
-    var off_a = 0u;
-    var off_b = 0u;
-    for (var d = nb; d > 0u; d = d - 1u) {
-        let base = 4u + (d - 1u) * 3u;
-        let size = m(base);
-        let c = rem % size;
-        rem = rem / size;
-        off_a = off_a + c * m(base + 1u);
-        off_b = off_b + c * m(base + 2u);
-    }
+    let offs = batch_offsets(wid.z, nb);
+    let off_a = offs.x;
+    let off_b = offs.y;
 
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;

@@ -39,6 +39,18 @@ fn train(dev: &Device, model: &mut Sequential, opt: &mut dyn Optimizer, steps: s
     losses
 }
 
+/// One step of `model` on `(x, y)` with dynamic loss scaling.
+fn scaled_step(
+    model: &mut Sequential,
+    opt: &mut Adam,
+    scaler: &mut GradScaler,
+    x: &Tensor,
+    y: &Tensor,
+) -> tessera::Result<optim::StepResult> {
+    let l = loss::cross_entropy(&model.forward(x), y);
+    optim::step_blocking(model, opt, &l, &[], StepOptions { scaler: Some(scaler), ..Default::default() })
+}
+
 fn params(model: &mut Sequential) -> Vec<Vec<f64>> {
     let ts: Vec<Tensor> = model.state_dict().into_iter().map(|(_, t)| t).collect();
     tessera::read_all_blocking(&ts).unwrap()
@@ -167,28 +179,12 @@ fn schedules_clipping_and_loss_scaling() {
         let before = params(&mut model);
         let mut scaler = GradScaler::new(1e4);
         let (xb, yb) = batch(&dev, 0);
-        let l = loss::cross_entropy(&model.forward(&xb.mul_scalar(1e36)), &yb);
-        let r = optim::step_blocking(
-            &mut model,
-            &mut opt,
-            &l,
-            &[],
-            StepOptions { scaler: Some(&mut scaler), ..Default::default() },
-        )
-        .unwrap();
+        let r = scaled_step(&mut model, &mut opt, &mut scaler, &xb.mul_scalar(1e36), &yb).unwrap();
         assert!(!r.applied, "an overflowing step must be skipped on {}", label(&dev));
         assert_eq!((scaler.scale, scaler.skipped), (5e3, 1));
         assert_eq!(params(&mut model), before, "parameters unchanged by a skipped step on {}", label(&dev));
         let mut ok = GradScaler::new(1024.0);
-        let l = loss::cross_entropy(&model.forward(&xb), &yb);
-        let r = optim::step_blocking(
-            &mut model,
-            &mut opt,
-            &l,
-            &[],
-            StepOptions { scaler: Some(&mut ok), ..Default::default() },
-        )
-        .unwrap();
+        let r = scaled_step(&mut model, &mut opt, &mut ok, &xb, &yb).unwrap();
         assert!(r.applied);
         assert_ne!(params(&mut model), before);
     }
@@ -326,15 +322,8 @@ fn mixed_precision_trains_with_f32_master_weights() {
         let mut losses = Vec::new();
         for k in 0..30 {
             let (x, y) = batch(dev, k % 4);
-            let l = loss::cross_entropy(&model.forward(&x), &y);
-            let r = optim::step_blocking(
-                &mut model,
-                &mut opt,
-                &l,
-                &[],
-                StepOptions { scaler: Some(&mut scaler), ..Default::default() },
-            )
-            .unwrap_or_else(|e| panic!("f16 step on {}: {e}", label(dev)));
+            let r = scaled_step(&mut model, &mut opt, &mut scaler, &x, &y)
+                .unwrap_or_else(|e| panic!("f16 step on {}: {e}", label(dev)));
             losses.push(r.values[0][0]);
         }
         assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F32), "master weights stay f32");

@@ -4,9 +4,6 @@
 use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
 use crate::{DType, Error, Result, Tensor};
 
-/// Largest output tile edge (rows and columns per workgroup).
-pub const TILE: usize = 64;
-
 /// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
 /// adapters, the workgroup-tiled one on GPUs; `TESSERA_MATMUL=tiled|direct` overrides.
 pub fn prefer_direct(device_type: &str) -> bool {
@@ -71,6 +68,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     src.push_str(&format!(
         "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\n"
     ));
+    src.push_str(sources::MATMUL_BATCH);
     src.push_str(if caps.direct_matmul { sources::MATMUL_DIRECT } else { sources::MATMUL });
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });

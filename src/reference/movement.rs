@@ -140,28 +140,21 @@ pub fn index_select(
         .collect()
 }
 
-/// Input position `(h, w)` read by window element `(i, j)` at output `(oh, ow)`.
-fn window_source(win: &crate::graph::Window, i: usize, j: usize, oh: usize, ow: usize) -> (isize, isize) {
-    let h = (oh * win.stride.0 + i * win.dilation.0) as isize - win.padding.0 as isize;
-    let w = (ow * win.stride.1 + j * win.dilation.1) as isize - win.padding.1 as isize;
-    (h, w)
-}
-
-/// Sliding windows `[N, C, H, W]` -> `[N, C, kh*kw, OH, OW]`.
-pub fn im2col(x: &[f64], xd: &[usize], win: &crate::graph::Window, pad: f64, od: &[usize]) -> Vec<f64> {
+/// For each element of the columns `[N, C, kh*kw, OH, OW]` (row-major), the index in
+/// the `[N, C, H, W]` input it reads, or `None` where the window is off the input.
+fn window_sources(xd: &[usize], cd: &[usize], win: &crate::graph::Window) -> Vec<Option<usize>> {
     let (n, c, h, w) = (xd[0], xd[1], xd[2], xd[3]);
-    let (kk, oh, ow) = (od[2], od[3], od[4]);
+    let (kk, oh, ow) = (cd[2], cd[3], cd[4]);
     let kw = win.kernel.1;
     let mut out = Vec::with_capacity(n * c * kk * oh * ow);
-    for b in 0..n {
-        for ch in 0..c {
-            for k in 0..kk {
-                for y in 0..oh {
-                    for x_ in 0..ow {
-                        let (sh, sw) = window_source(win, k / kw, k % kw, y, x_);
-                        let inside = sh >= 0 && sw >= 0 && (sh as usize) < h && (sw as usize) < w;
-                        out.push(if inside { x[((b * c + ch) * h + sh as usize) * w + sw as usize] } else { pad });
-                    }
+    for plane in 0..n * c {
+        for k in 0..kk {
+            for y in 0..oh {
+                for x in 0..ow {
+                    let sh = (y * win.stride.0 + (k / kw) * win.dilation.0) as isize - win.padding.0 as isize;
+                    let sw = (x * win.stride.1 + (k % kw) * win.dilation.1) as isize - win.padding.1 as isize;
+                    let inside = sh >= 0 && sw >= 0 && (sh as usize) < h && (sw as usize) < w;
+                    out.push(inside.then(|| (plane * h + sh as usize) * w + sw as usize));
                 }
             }
         }
@@ -169,26 +162,17 @@ pub fn im2col(x: &[f64], xd: &[usize], win: &crate::graph::Window, pad: f64, od:
     out
 }
 
+/// Sliding windows `[N, C, H, W]` -> `[N, C, kh*kw, OH, OW]`.
+pub fn im2col(x: &[f64], xd: &[usize], win: &crate::graph::Window, pad: f64, od: &[usize]) -> Vec<f64> {
+    window_sources(xd, od, win).into_iter().map(|s| s.map_or(pad, |i| x[i])).collect()
+}
+
 /// The adjoint of [`im2col`]: windows summed back onto `[N, C, H, W]`.
 pub fn col2im(cols: &[f64], cd: &[usize], win: &crate::graph::Window, od: &[usize]) -> Vec<f64> {
-    let (n, c, h, w) = (od[0], od[1], od[2], od[3]);
-    let (kk, oh, ow) = (cd[2], cd[3], cd[4]);
-    let kw = win.kernel.1;
-    let mut out = vec![0.0; n * c * h * w];
-    let mut i = 0;
-    for b in 0..n {
-        for ch in 0..c {
-            for k in 0..kk {
-                for y in 0..oh {
-                    for x_ in 0..ow {
-                        let (sh, sw) = window_source(win, k / kw, k % kw, y, x_);
-                        if sh >= 0 && sw >= 0 && (sh as usize) < h && (sw as usize) < w {
-                            out[((b * c + ch) * h + sh as usize) * w + sw as usize] += cols[i];
-                        }
-                        i += 1;
-                    }
-                }
-            }
+    let mut out = vec![0.0; od.iter().product()];
+    for (v, s) in cols.iter().zip(window_sources(od, cd, win)) {
+        if let Some(i) = s {
+            out[i] += v;
         }
     }
     out
