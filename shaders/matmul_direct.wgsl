@@ -1,14 +1,17 @@
-// Batched matmul without workgroup memory: each invocation accumulates a TM x TN block
-// (rows lid.y + 16i, columns lid.x + 16j of the workgroup's BM x BN tile) straight from
-// the operands. No barriers: on CPU adapters (lavapipe, llvmpipe, SwiftShader), where a
-// barrier switches every invocation of the workgroup and the caches already hold the
-// tiles, this beats the staged kernel; GPUs use `matmul.wgsl`. Same header, bindings and
-// meta as `matmul.wgsl`.
+// Batched matmul without workgroup memory, for CPU adapters (lavapipe, llvmpipe,
+// SwiftShader). There a workgroup runs as SIMD lanes on one core, a barrier switches
+// every invocation, and each lane's load is a gather, unless its address is the same on
+// every lane: then it is one scalar load. So a workgroup owns TM whole rows of C (their
+// A addresses depend only on the workgroup and k: uniform, one load per row and k) and
+// its 64 lanes spread over the columns, each accumulating TM x TN outputs (columns
+// lid.x + 64j, so neighbouring lanes read neighbouring B words). Per k a lane then does
+// TN gathers for TM * TN fused multiply-adds. GPUs use `matmul.wgsl`. Same bindings and
+// meta as `matmul.wgsl`; TM (1 to 8) and TN (1 to 4) come from the header.
 
-const BM: u32 = 16u * TM;
-const BN: u32 = 16u * TN;
+const BM: u32 = TM;
+const BN: u32 = 64u * TN;
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size(64, 1, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let M = m(0u);
     let N = m(1u);
@@ -25,47 +28,47 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         return;
     }
     // Clamped indices keep every load in range; out-of-range results are not stored.
-    var ra: array<u32, 4>;
-    var cb: array<u32, 4>;
+    var ra: array<u32, TM>;
+    var cb: array<u32, TN>;
     for (var i = 0u; i < TM; i = i + 1u) {
-        let r = min(row0 + i * 16u + lid.y, M - 1u);
+        let r = min(row0 + i, M - 1u);
         ra[i] = select(off_a + r * K, off_a + r, TRANS_A);
     }
     for (var j = 0u; j < TN; j = j + 1u) {
-        let c = min(col0 + j * 16u + lid.x, N - 1u);
+        let c = min(col0 + j * 64u + lid.x, N - 1u);
         cb[j] = select(off_b + c, off_b + c * K, TRANS_B);
     }
     let sa = select(1u, M, TRANS_A);
     let sb = select(N, 1u, TRANS_B);
 
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) {
+    var acc: array<f32, TM * TN>;
+    for (var i = 0u; i < TM * TN; i = i + 1u) {
         acc[i] = 0.0;
     }
-    // K in steps of 4 (independent loads in flight), then the remainder.
-    let k4 = K - K % 4u;
-    for (var k = 0u; k < k4; k = k + 4u) {
-        var a: array<vec4<f32>, 4>;
-        var b: array<vec4<f32>, 4>;
-        for (var i = 0u; i < TM; i = i + 1u) {
-            let p = ra[i] + k * sa;
-            a[i] = vec4<f32>(ld_a(p), ld_a(p + sa), ld_a(p + 2u * sa), ld_a(p + 3u * sa));
-        }
+    // K in steps of 2 (independent gathers in flight), then the remainder.
+    let k2 = K - K % 2u;
+    for (var k = 0u; k < k2; k = k + 2u) {
+        var b0: array<f32, TN>;
+        var b1: array<f32, TN>;
         for (var j = 0u; j < TN; j = j + 1u) {
             let p = cb[j] + k * sb;
-            b[j] = vec4<f32>(ld_b(p), ld_b(p + sb), ld_b(p + 2u * sb), ld_b(p + 3u * sb));
+            b0[j] = ld_b(p);
+            b1[j] = ld_b(p + sb);
         }
         for (var i = 0u; i < TM; i = i + 1u) {
+            let p = ra[i] + k * sa;
+            let a0 = ld_a(p);
+            let a1 = ld_a(p + sa);
             for (var j = 0u; j < TN; j = j + 1u) {
-                acc[i * TN + j] = acc[i * TN + j] + dot(a[i], b[j]);
+                acc[i * TN + j] = fma(a1, b1[j], fma(a0, b0[j], acc[i * TN + j]));
             }
         }
     }
-    for (var k = k4; k < K; k = k + 1u) {
-        for (var i = 0u; i < TM; i = i + 1u) {
-            let av = ld_a(ra[i] + k * sa);
-            for (var j = 0u; j < TN; j = j + 1u) {
-                acc[i * TN + j] = fma(av, ld_b(cb[j] + k * sb), acc[i * TN + j]);
+    if (k2 < K) {
+        for (var j = 0u; j < TN; j = j + 1u) {
+            let bv = ld_b(cb[j] + k2 * sb);
+            for (var i = 0u; i < TM; i = i + 1u) {
+                acc[i * TN + j] = fma(ld_a(ra[i] + k2 * sa), bv, acc[i * TN + j]);
             }
         }
     }
@@ -73,10 +76,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let off_c = wid.z * M * N;
     for (var i = 0u; i < TM; i = i + 1u) {
         for (var j = 0u; j < TN; j = j + 1u) {
-            let r = row0 + i * 16u + lid.y;
-            let c = col0 + j * 16u + lid.x;
+            let r = row0 + i;
+            let c = col0 + j * 64u + lid.x;
             if (r < M && c < N) {
-                out[off_c + r * N + c] = acc[i * TN + j];
+                // OUT_T: this is C^T of the product asked for (see matmul.rs).
+                out[off_c + select(r * N + c, c * M + r, OUT_T)] = acc[i * TN + j];
             }
         }
     }

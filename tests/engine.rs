@@ -136,9 +136,9 @@ fn wide_dispatches_fold_into_two_dimensions() {
     };
     let cpu = Device::cpu();
     let build = |dev: &Device| {
-        let x = rand_t(&[3000], 2, -1.0, 1.0, dev);
+        let x = rand_t(&[9000], 2, -1.0, 1.0, dev);
         let r = rand_t(&[20, 9], 3, -1.0, 1.0, dev);
-        vec![(&x * 2.0).exp(), r.sum(&[1], false), x.reshape([10, 300]).max(&[1], false), x.cast(DType::F16) + 1.0]
+        vec![(&x * 2.0).exp(), r.sum(&[1], false), x.reshape([10, 900]).max(&[1], false), x.cast(DType::F16) + 1.0]
     };
     let want = tessera::read_all_blocking(&build(&cpu)).unwrap();
     let got = tessera::read_all_blocking(&build(&d)).unwrap();
@@ -146,8 +146,9 @@ fn wide_dispatches_fold_into_two_dimensions() {
         let tol = if k == 3 { Tol::for_dtype(DType::F16) } else { Tol { atol: 1e-5, rtol: 1e-5 } };
         assert_close(&format!("folded output {k}"), g, w, tol);
     }
-    // Over the folded limit (4 x 4 workgroups of 256) the error is clear.
-    let too_big = Tensor::zeros([256 * 16 + 1], DType::F32, &d) + 1.0;
+    // Over the folded limit (4 x 4 workgroups of 256 invocations, each writing
+    // kernels::elementwise::EPT outputs) the error is clear.
+    let too_big = Tensor::zeros([256 * 4 * 16 + 1], DType::F32, &d) + 1.0;
     let e = too_big.to_vec_blocking::<f32>().unwrap_err();
     assert!(e.to_string().contains("workgroup"), "{e}");
 }

@@ -335,7 +335,9 @@ fn fused_chains_of_movement_and_elementwise() {
 
 #[test]
 fn matmul_shapes() {
-    let cases: [(&[usize], &[usize]); 9] = [
+    // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide
+    // ones several column blocks; M = 1 the GEMV shape.
+    let cases: [(&[usize], &[usize]); 12] = [
         (&[1, 1], &[1, 1]),
         (&[3, 17], &[17, 5]),
         (&[65, 33], &[33, 17]),
@@ -345,6 +347,9 @@ fn matmul_shapes() {
         (&[3, 17], &[17]),
         (&[17], &[17]),
         (&[2, 70, 3], &[2, 3, 66]),
+        (&[70, 9], &[3, 9, 10]),
+        (&[1, 301], &[301, 517]),
+        (&[9, 31], &[31, 290]),
     ];
     for (k, (a, b)) in cases.iter().enumerate() {
         let kd = a[a.len() - 1];
@@ -365,6 +370,9 @@ fn matmul_shapes() {
             b.transpose(-1, -2).matmul(&b),
             b.matmul(&b.transpose(1, 2)),
             x.matmul(&rand_t(&[2, 5, 7], 4, -1.0, 1.0, d).transpose(1, 2)),
+            rand_t(&[2, 9, 70], 5, -1.0, 1.0, d)
+                .transpose(1, 2)
+                .matmul(&rand_t(&[2, 5, 9], 6, -1.0, 1.0, d).transpose(1, 2)),
         ]
     });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {

@@ -302,16 +302,28 @@ impl GpuContext {
         GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() }
     }
 
-    /// The compiled pipeline for `source`, from the cache or compiled now.
-    pub fn pipeline(&self, label: &str, source: &str) -> Arc<wgpu::ComputePipeline> {
+    /// The compiled pipeline for `source`, from the cache or compiled now. `trusted`
+    /// kernels are compiled without runtime bounds checks.
+    pub fn pipeline(&self, label: &str, source: &str, trusted: bool) -> Arc<wgpu::ComputePipeline> {
         if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
             self.counters.add(Counter::PipelineHits, 1);
             return p;
         }
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(label),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        if let Some(dir) = std::env::var_os("TESSERA_DUMP_SHADERS") {
+            // Debugging aid: every compiled kernel's WGSL, named by its label.
+            let name: String =
+                label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.wgsl")), source);
+        }
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(source.into()) };
+        // TESSERA_CHECKED=1 compiles every kernel with bounds checks (for debugging).
+        let module = if trusted && std::env::var("TESSERA_CHECKED").as_deref() != Ok("1") {
+            // SAFETY: the kernel's own indexing keeps every access in range (KernelSpec::trusted).
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        } else {
+            self.device.create_shader_module(desc)
+        };
         let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(label),
             layout: None,

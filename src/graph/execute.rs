@@ -220,7 +220,7 @@ pub(crate) async fn run(
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
         if s.workgroups.iter().all(|&w| w > 0) {
-            let pipeline = ctx.pipeline(&s.label, &s.source);
+            let pipeline = ctx.pipeline(&s.label, &s.source, s.trusted);
             let layout = pipeline.get_bind_group_layout(0);
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), meta_at[j].0, meta_at[j].1) },

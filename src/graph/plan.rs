@@ -35,6 +35,7 @@ struct CachedKernel {
     checks: Vec<IndexCheck>,
     status_slot: Option<usize>,
     workgroups: [u32; 3],
+    trusted: bool,
 }
 
 struct CachedPlan {
@@ -134,6 +135,7 @@ impl PlanCache {
                 checks: k.checks.clone(),
                 status_slot: k.status_slot,
                 workgroups: k.workgroups,
+                trusted: k.trusted,
                 patches: Vec::new(),
             });
         }
@@ -164,6 +166,7 @@ impl PlanCache {
                 output,
                 checks: s.checks.clone(),
                 status_slot: s.status_slot,
+                trusted: s.trusted,
                 workgroups: s.workgroups,
             });
         }

@@ -594,6 +594,7 @@ impl<'a> Gen<'a> {
             checks: self.checks,
             status_slot: self.status_slot,
             workgroups,
+            trusted: false,
         }
     }
 

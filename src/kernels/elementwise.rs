@@ -3,6 +3,10 @@
 
 use super::codegen::{Gen, Ix};
 use super::{fold_groups, header, sources, storage_type, KernelSpec, ShaderCaps, WG};
+
+/// Outputs per invocation of an element-wise kernel (fewer workgroups to launch: on
+/// lavapipe a 1M-element chain runs about 1.5x faster with 4 than with 1).
+pub const EPT: u32 = 4;
 use crate::{DType, Result, Tensor};
 
 /// Render the kernel that materialises `root`. `is_leaf` says which nodes are read from
@@ -31,10 +35,12 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         ),
     };
     src.push_str(&format!("fn store_out(i: u32) {{\n{store}}}\n"));
-    src.push_str(sources::ELEMENTWISE);
     let threads = if packed { n.div_ceil(2) } else { n } as u64;
+    let ept = EPT as u64;
+    src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+    src.push_str(sources::ELEMENTWISE);
     let label = label(&g.ops);
-    let workgroups = fold_groups(threads.div_ceil(WG as u64), caps, &label)?;
+    let workgroups = fold_groups(threads.div_ceil(WG as u64 * ept), caps, &label)?;
     Ok(g.finish(label, src, root, workgroups))
 }
 

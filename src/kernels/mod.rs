@@ -75,6 +75,9 @@ pub struct KernelSpec {
     pub workgroups: [u32; 3],
     /// Meta slots holding node scalars (refilled when a cached plan is replayed).
     pub patches: Vec<codegen::MetaPatch>,
+    /// Compiled without wgpu's runtime bounds checks: only kernels whose own indexing
+    /// keeps every access in range (clamped or guarded, and tested on odd shapes).
+    pub trusted: bool,
 }
 
 /// WGSL storage element type for a dtype.
