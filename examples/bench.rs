@@ -5,7 +5,14 @@
 //! same rows as JSON lines. Filters keep the cases whose name contains one of them.
 //!
 //! Cases: `elementwise` (a fused gelu chain), `reduce` (row sums), `softmax`,
-//! `matmul` (f32 square), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
+//! `layer_norm`, `matmul` (square 256 to 2048 in f32, 512 and 1024 in f16, and the
+//! BERT-like 128x384x1536 product `x @ w.t()` with w in f32, f16, q8_0 and q4_0;
+//! each row gives `vs_naive`, the speed-up over a one-thread-per-output kernel kept
+//! here as a baseline, and `cold_ms`), `matmul-batched` (8 x 128x64 @ 64x128), `gemv`
+//! (1x4096 @ 4096x4096 weights in f32, f16, q8_0, q4_0: GB/s of weight bytes read, and
+//! `quant_err`, the output's relative RMS error against f32), `conv2d` (batch 8,
+//! 64->64 channels, 56x56, 3x3, padding 1), `attention` (1 x 12 heads x seq 128 and
+//! 512 x 64, f32 and f16), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
 //! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh),
 //! `mlp-train` (MLP 784-256-10, batch 64, Adam) and `cnn-train` (the MNIST CNN, batch
 //! 64, Adam): steps/s over blocks of 10 steps submitted back to back (the loss read
@@ -19,7 +26,7 @@ use tessera::models::bert::SentenceEmbedder;
 use tessera::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Sequential};
 use tessera::ops::nn::Conv2dOptions;
 use tessera::optim::{self, Adam, Optimizer, StepOptions};
-use tessera::{quant, Device, Tensor};
+use tessera::{quant, DType, Device, Tensor};
 
 #[derive(Parser)]
 struct Args {
@@ -28,12 +35,18 @@ struct Args {
     /// JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// Square matmul sizes.
+    #[arg(long, value_delimiter = ',', default_value = "256,512,1024,2048")]
+    sizes: Vec<usize>,
     /// Batch sizes for bert-embed.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<usize>,
     /// Minimum timed seconds per case.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// Print the top kernels by GPU time after the table (needs timestamp queries).
+    #[arg(long)]
+    top: bool,
     /// Internal: run one training step of this model in a fresh process and print the
     /// milliseconds from process start (the child of `*-train`'s `cold_ms`).
     #[arg(long, hide = true)]
@@ -63,8 +76,14 @@ impl Rows {
                 v
             });
         } else {
+            let mut more = String::new();
+            for (k, v) in r.extra.as_ref().and_then(|e| e.as_object()).into_iter().flatten() {
+                if let Some(x) = v.as_f64() {
+                    more += &format!("  {k} {}", if x.abs() < 0.01 { format!("{x:.1e}") } else { format!("{x:.2}") });
+                }
+            }
             println!(
-                "{:<12} {:<6} {:<22} {:>10.2} ms  {:>10.2} {:<12} (cold {:.0} ms)",
+                "{:<14} {:<5} {:<24} {:>9.2} ms {:>9.2} {:<11} cold {:>5.0} ms{more}",
                 r.case, r.dtype, r.shape, r.median_ms, r.rate, r.unit, r.cold_ms
             );
         }
@@ -98,6 +117,107 @@ fn time(seconds: f64, mut f: impl FnMut()) -> (f64, f64) {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     (v[v.len() / 2], cold)
+}
+
+/// The baseline of `vs_naive`: one invocation per output looping over K, 16x16
+/// workgroups, f32, run straight through wgpu on the bench's device. Median ms of `reps`
+/// runs after one warm-up.
+fn naive_matmul_ms(d: &Device, m: usize, n: usize, k: usize, reps: usize) -> Option<f64> {
+    use tessera::wgpu;
+    let (dev, queue) = d.wgpu()?;
+    const SRC: &str = "
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> dims: vec4<u32>;
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    let row = g.y;
+    let col = g.x;
+    if (row >= dims.x || col >= dims.y) {
+        return;
+    }
+    var s = 0.0;
+    for (var k = 0u; k < dims.z; k = k + 1u) {
+        s = fma(a[row * dims.z + k], b[k * dims.y + col], s);
+    }
+    c[row * dims.y + col] = s;
+}";
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("naive_matmul"),
+        source: wgpu::ShaderSource::Wgsl(SRC.into()),
+    });
+    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("naive_matmul"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let storage = |floats: usize| {
+        dev.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: (floats * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    };
+    let (a, b, c) = (storage(m * k), storage(k * n), storage(m * n));
+    queue.write_buffer(&a, 0, &vec![0x3f80_0000u32.to_le_bytes(); m * k].concat());
+    queue.write_buffer(&b, 0, &vec![0x3f00_0000u32.to_le_bytes(); k * n].concat());
+    let dims = dev.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 16,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    queue.write_buffer(&dims, 0, &[m as u32, n as u32, k as u32, 0].map(u32::to_le_bytes).concat());
+    let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[&a, &b, &c, &dims]
+            .iter()
+            .enumerate()
+            .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
+            .collect::<Vec<_>>(),
+    });
+    let run = || {
+        let t = Instant::now();
+        let mut enc = dev.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(n.div_ceil(16) as u32, m.div_ceil(16) as u32, 1);
+        }
+        queue.submit([enc.finish()]);
+        dev.poll(wgpu::PollType::wait_indefinitely()).ok()?;
+        Some(t.elapsed().as_secs_f64() * 1e3)
+    };
+    run()?;
+    let mut v: Vec<f64> = (0..reps.max(1)).map(|_| run()).collect::<Option<_>>()?;
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// Relative RMS error of `got` against `want`.
+fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
+    let (mut e, mut w) = (0.0f64, 0.0f64);
+    for (g, r) in got.iter().zip(want) {
+        e += (*g as f64 - *r as f64).powi(2);
+        w += (*r as f64).powi(2);
+    }
+    (e / w.max(1e-30)).sqrt()
+}
+
+/// A weight in `dtype` (f32 values rounded or quantised).
+fn weight_as(w: &Tensor, dtype: DType) -> Tensor {
+    match dtype {
+        DType::F32 => w.clone(),
+        DType::F16 => w.cast(DType::F16),
+        q => quant::quantize_tensor_blocking(w, q).expect("quantise"),
+    }
 }
 
 fn sync(d: &Device, t: &Tensor) {
@@ -172,6 +292,9 @@ fn main() -> tessera::Result<()> {
     }
     let want = |name: &str| args.filters.is_empty() || args.filters.iter().any(|f| name.contains(f.as_str()));
     let d = Device::new()?;
+    if args.top {
+        tessera::profile::start();
+    }
     let mut rows = Rows { json: args.json, printed: 0 };
     if !args.json {
         println!("Tessera bench on {d}\n");
@@ -212,24 +335,141 @@ fn main() -> tessera::Result<()> {
             extra: None,
         });
     }
-    if want("matmul") {
-        for n in [256usize, 512, 1024] {
-            let a = Tensor::rand([n, n], 3, &d);
-            let b = Tensor::rand([n, n], 4, &d);
+    if want("layer_norm") {
+        let x = Tensor::rand([1024, 1024], 2, &d);
+        sync(&d, &x);
+        let (ms, cold) = time(args.seconds, || sync(&d, &x.layer_norm(None, None, 1e-5)));
+        rows.push(Row {
+            case: "layer_norm",
+            dtype: "f32".into(),
+            shape: "1024x1024".into(),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: (1024 * 1024 * 8) as f64 / 1e9 / (ms / 1e3),
+            unit: "GB/s",
+            extra: None,
+        });
+    }
+    if want("matmul") && !args.filters.iter().all(|f| f == "matmul-batched") {
+        // (dtype, m, n, k, weight stored as [n, k] and read transposed: `x @ w.t()`)
+        let mut cases: Vec<(DType, usize, usize, usize, bool)> =
+            args.sizes.iter().map(|&n| (DType::F32, n, n, n, false)).collect();
+        cases.extend([(DType::F16, 512, 512, 512, false), (DType::F16, 1024, 1024, 1024, false)]);
+        for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
+            cases.push((dt, 128, 1536, 384, true));
+        }
+        for (dt, m, n, k, linear) in cases {
+            let a = Tensor::rand([m, k], 3, &d) - 0.5;
+            let w32 = Tensor::rand(if linear { [n, k] } else { [k, n] }, 4, &d) - 0.5;
+            // f16 weights take f16 activations; quantised ones f32 activations.
+            let a = if dt == DType::F16 { a.cast(dt) } else { a };
+            let (a, w) = if linear { (a, weight_as(&w32, dt)) } else { (a, w32.cast(dt)) };
             sync(&d, &a);
-            sync(&d, &b);
-            let (ms, cold) = time(args.seconds, || sync(&d, &a.matmul(&b)));
-            let gflop = 2.0 * (n * n * n) as f64 / 1e9;
+            sync(&d, &w);
+            let run = || if linear { a.matmul(&w.t()) } else { a.matmul(&w) };
+            let (ms, cold) = time(args.seconds, || sync(&d, &run()));
+            let gflop = 2.0 * (m * n * k) as f64 / 1e9;
+            let naive = naive_matmul_ms(&d, m, n, k, if m * n * k > 1 << 30 { 1 } else { 3 });
+            let mut extra = serde_json::json!({ "vs_naive": naive.map(|nm| nm / ms) });
+            if dt.is_quantized() || (linear && dt == DType::F16) {
+                let want = a.cast(DType::F32).matmul(&w32.t()).to_vec_blocking::<f32>()?;
+                extra["quant_err"] = rel_rms(&run().cast(DType::F32).to_vec_blocking::<f32>()?, &want).into();
+            }
             rows.push(Row {
                 case: "matmul",
-                dtype: "f32".into(),
-                shape: format!("{n}x{n}x{n}"),
+                dtype: dt.name().into(),
+                shape: format!("{m}x{n}x{k}{}", if linear { " (x@w.t)" } else { "" }),
                 median_ms: ms,
                 cold_ms: cold,
                 rate: gflop / (ms / 1e3),
                 unit: "GFLOP/s",
-                extra: None,
+                extra: Some(extra),
             });
+        }
+    }
+    if want("matmul-batched") {
+        let a = Tensor::rand([8, 128, 64], 5, &d);
+        let b = Tensor::rand([8, 64, 128], 6, &d);
+        sync(&d, &a);
+        sync(&d, &b);
+        let (ms, cold) = time(args.seconds, || sync(&d, &a.matmul(&b)));
+        rows.push(Row {
+            case: "matmul-batched",
+            dtype: "f32".into(),
+            shape: "8x128x128x64".into(),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: 2.0 * (8 * 128 * 128 * 64) as f64 / 1e9 / (ms / 1e3),
+            unit: "GFLOP/s",
+            extra: None,
+        });
+    }
+    if want("gemv") {
+        let (n, k) = (4096usize, 4096usize);
+        let x32 = Tensor::rand([1, k], 7, &d) - 0.5;
+        let w32 = Tensor::rand([n, k], 8, &d) - 0.5;
+        sync(&d, &x32);
+        let want = x32.matmul(&w32.t()).to_vec_blocking::<f32>()?;
+        for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
+            let x = if dt == DType::F16 { x32.cast(dt) } else { x32.clone() };
+            let w = weight_as(&w32, dt);
+            sync(&d, &w);
+            let (ms, cold) = time(args.seconds, || sync(&d, &x.matmul(&w.t())));
+            let bytes = match dt {
+                DType::F32 => 4.0,
+                DType::F16 => 2.0,
+                q => quant::block_bytes(q) as f64 / quant::BLOCK as f64,
+            } * (n * k) as f64;
+            let err = rel_rms(&x.matmul(&w.t()).cast(DType::F32).to_vec_blocking::<f32>()?, &want);
+            rows.push(Row {
+                case: "gemv",
+                dtype: dt.name().into(),
+                shape: format!("1x{n}x{k}"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: bytes / 1e9 / (ms / 1e3),
+                unit: "GB/s",
+                extra: Some(serde_json::json!({ "gflops": 2.0 * (n * k) as f64 / 1e9 / (ms / 1e3), "quant_err": err })),
+            });
+        }
+    }
+    if want("conv2d") {
+        let x = Tensor::rand([8, 64, 56, 56], 9, &d) - 0.5;
+        let w = (Tensor::rand([64, 64, 3, 3], 10, &d) - 0.5) * 0.1;
+        sync(&d, &x);
+        sync(&d, &w);
+        let (ms, cold) = time(args.seconds, || sync(&d, &x.conv2d(&w, None, Conv2dOptions::new(1, 1))));
+        rows.push(Row {
+            case: "conv2d",
+            dtype: "f32".into(),
+            shape: "8x64x56x56 k3 -> 64".into(),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: 2.0 * (8 * 64 * 56 * 56 * 64 * 9) as f64 / 1e9 / (ms / 1e3),
+            unit: "GFLOP/s",
+            extra: None,
+        });
+    }
+    if want("attention") {
+        for dt in [DType::F32, DType::F16] {
+            for seq in [128usize, 512] {
+                let qkv: Vec<Tensor> =
+                    (0..3).map(|i| (Tensor::rand([1, 12, seq, 64], 11 + i, &d) - 0.5).cast(dt)).collect();
+                tessera::read_all_blocking(&qkv)?;
+                let (ms, cold) = time(args.seconds, || {
+                    sync(&d, &Tensor::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, false))
+                });
+                rows.push(Row {
+                    case: "attention",
+                    dtype: dt.name().into(),
+                    shape: format!("1x12x{seq}x64"),
+                    median_ms: ms,
+                    cold_ms: cold,
+                    rate: 4.0 * (12 * seq * seq * 64) as f64 / 1e9 / (ms / 1e3),
+                    unit: "GFLOP/s",
+                    extra: None,
+                });
+            }
         }
     }
     if want("bert-embed") {
@@ -306,6 +546,12 @@ fn main() -> tessera::Result<()> {
     }
     if rows.printed == 0 {
         eprintln!("no case matched {:?}", args.filters);
+    }
+    if args.top {
+        println!("\ntop kernels by GPU time:");
+        for (name, ms, calls) in tessera::profile::top(10) {
+            println!("{ms:10.2} ms {calls:6}x  {name}");
+        }
     }
     Ok(())
 }

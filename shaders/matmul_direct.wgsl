@@ -9,9 +9,9 @@
 // meta as `matmul.wgsl`; TM (1 to 8) and TN (1 to 4) come from the header.
 
 const BM: u32 = TM;
-const BN: u32 = 64u * TN;
+const BN: u32 = LANES * TN;
 
-@compute @workgroup_size(64, 1, 1)
+@compute @workgroup_size(LANES, 1, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let M = m(0u);
     let N = m(1u);
@@ -35,7 +35,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         ra[i] = select(off_a + r * K, off_a + r, TRANS_A);
     }
     for (var j = 0u; j < TN; j = j + 1u) {
-        let c = min(col0 + j * 64u + lid.x, N - 1u);
+        let c = min(col0 + j * LANES + lid.x, N - 1u);
         cb[j] = select(off_b + c, off_b + c * K, TRANS_B);
     }
     let sa = select(1u, M, TRANS_A);
@@ -77,7 +77,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     for (var i = 0u; i < TM; i = i + 1u) {
         for (var j = 0u; j < TN; j = j + 1u) {
             let r = row0 + i;
-            let c = col0 + j * 64u + lid.x;
+            let c = col0 + j * LANES + lid.x;
             if (r < M && c < N) {
                 // OUT_T: this is C^T of the product asked for (see matmul.rs).
                 out[off_c + select(r * N + c, c * M + r, OUT_T)] = acc[i * TN + j];

@@ -48,3 +48,5 @@ pub use stats::{stats, Stats};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tensor::read_all_blocking;
 pub use tensor::{read_all, Tensor};
+/// The wgpu this crate is built on (for [`Device::from_wgpu`] and [`Device::wgpu`]).
+pub use wgpu;

@@ -337,7 +337,8 @@ fn fused_chains_of_movement_and_elementwise() {
 fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide
     // ones several column blocks; M = 1 the GEMV shape.
-    let cases: [(&[usize], &[usize]); 12] = [
+    // K, M, N multiples of 4 take the vec4 direct kernel on CPU adapters.
+    let cases: [(&[usize], &[usize]); 15] = [
         (&[1, 1], &[1, 1]),
         (&[3, 17], &[17, 5]),
         (&[65, 33], &[33, 17]),
@@ -350,6 +351,9 @@ fn matmul_shapes() {
         (&[70, 9], &[3, 9, 10]),
         (&[1, 301], &[301, 517]),
         (&[9, 31], &[31, 290]),
+        (&[12, 8], &[8, 20]),
+        (&[2, 3, 36, 44], &[44, 68]),
+        (&[1, 16], &[2, 16, 300]),
     ];
     for (k, (a, b)) in cases.iter().enumerate() {
         let kd = a[a.len() - 1];
@@ -363,6 +367,7 @@ fn matmul_shapes() {
         let x = rand_t(&[5, 7], 1, -1.0, 1.0, d);
         let w = rand_t(&[3, 7], 2, -1.0, 1.0, d);
         let b = rand_t(&[2, 7, 5], 3, -1.0, 1.0, d);
+        let (y4, w4) = (rand_t(&[16, 12], 11, -1.0, 1.0, d), rand_t(&[20, 12], 12, -1.0, 1.0, d));
         vec![
             (x.matmul(&w.t()) + 1.0).relu(),
             x.exp().matmul(&w.t().exp()).sum(&[], false),
@@ -373,6 +378,12 @@ fn matmul_shapes() {
             rand_t(&[2, 9, 70], 5, -1.0, 1.0, d)
                 .transpose(1, 2)
                 .matmul(&rand_t(&[2, 5, 9], 6, -1.0, 1.0, d).transpose(1, 2)),
+            // 4-aligned: every operand layout of the vec4 kernel, thin and wide.
+            y4.matmul(&w4.t()),
+            y4.t().matmul(&rand_t(&[16, 8], 7, -1.0, 1.0, d)),
+            y4.t().matmul(&rand_t(&[100, 16], 8, -1.0, 1.0, d).t()),
+            rand_t(&[3, 16, 68], 9, -1.0, 1.0, d).transpose(1, 2).matmul(&rand_t(&[3, 16, 72], 10, -1.0, 1.0, d)),
+            rand_t(&[70, 8], 13, -1.0, 1.0, d).matmul(&w4.narrow(1, 0, 8).t()),
         ]
     });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {

@@ -57,23 +57,37 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     }
     let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
     let mut src = header(meta.len(), DType::F32, uses_f16, caps);
+    // The vec4 direct kernel: f32 operands whose loaded rows are 4-aligned.
+    let vec4 = caps.direct_matmul
+        && a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && k % 4 == 0
+        && (!trans_a || m % 4 == 0)
+        && (trans_b || n % 4 == 0)
+        && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0");
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
-        src.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> in_{name}: array<{}>;\n",
-            2 + i,
-            storage_type(t.dtype(), caps)
-        ));
-        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
+        let ty = if vec4 { "vec4<f32>" } else { storage_type(t.dtype(), caps) };
+        src.push_str(&format!("@group(0) @binding({}) var<storage, read> in_{name}: array<{ty}>;\n", 2 + i));
+        if !vec4 {
+            src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
+        }
     }
     let (tm, tn, bm, bn) = if caps.direct_matmul {
-        // Whole rows per workgroup (uniform A loads), 64 lanes over the columns.
+        // Whole rows per workgroup (uniform A loads), lanes over the columns: TN
+        // strided columns each, or 4 consecutive ones in the vec4 kernel.
         let tm = m.next_power_of_two().clamp(1, 8);
         let tn = match n {
             0..=64 => 1,
             65..=128 => 2,
             _ => 4,
         };
-        (tm, tn, tm, 64 * tn)
+        let lanes = if vec4 { 16 * tn } else { 64 };
+        src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
+        if vec4 {
+            (tm, 4, tm, lanes * 4)
+        } else {
+            (tm, tn, tm, lanes * tn)
+        }
     } else {
         // Rows and columns per invocation: 16-, 32- or 64-wide tiles, the smallest that
         // covers M and N, so thin outputs do not waste a 64-wide tile.
@@ -89,10 +103,18 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst OUT_T: bool = {swap};\n"
     ));
     src.push_str(sources::MATMUL_BATCH);
-    src.push_str(if caps.direct_matmul { sources::MATMUL_DIRECT } else { sources::MATMUL });
+    src.push_str(match (caps.direct_matmul, vec4) {
+        (true, true) => sources::MATMUL_DIRECT_VEC4,
+        (true, false) => sources::MATMUL_DIRECT,
+        _ => sources::MATMUL,
+    });
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
-    let kind = if caps.direct_matmul { "direct_" } else { "" };
+    let kind = match (caps.direct_matmul, vec4) {
+        (true, true) => "direct4_",
+        (true, false) => "direct_",
+        _ => "",
+    };
     let swapped = if swap { "_ct" } else { "" };
     let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
     let gx = n.div_ceil(bn);

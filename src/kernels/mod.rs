@@ -22,6 +22,7 @@ pub mod sources {
     pub const REDUCE_SMALL: &str = include_str!("../../shaders/reduce_small.wgsl");
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
+    pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
 }
 
