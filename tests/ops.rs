@@ -384,6 +384,8 @@ fn matmul_shapes() {
             y4.t().matmul(&rand_t(&[100, 16], 8, -1.0, 1.0, d).t()),
             rand_t(&[3, 16, 68], 9, -1.0, 1.0, d).transpose(1, 2).matmul(&rand_t(&[3, 16, 72], 10, -1.0, 1.0, d)),
             rand_t(&[70, 8], 13, -1.0, 1.0, d).matmul(&w4.narrow(1, 0, 8).t()),
+            // Decode-shaped, weight [N, K] with K % 32 == 0: the GEMV kernel on GPUs.
+            rand_t(&[3, 64], 14, -1.0, 1.0, d).matmul(&rand_t(&[70, 64], 15, -1.0, 1.0, d).t()),
         ]
     });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {

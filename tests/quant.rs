@@ -29,10 +29,12 @@ fn dequantising_ops_match_the_reference() {
     for dt in DType::QUANTIZED {
         let blocks = weights(dt, 7, 64, 2);
         let kblocks = weights(dt, 64, 32, 3);
+        let wide = weights(dt, 72, 64, 5); // 144 blocks: the GEMV kernel's aligned layout
         check_with(&format!("{dt} ops"), Some(Tol { atol: 2e-4, rtol: 1e-5 }), |d| {
             let w = Tensor::from_quantized(dt, [7, 64], &blocks, d);
             let k = Tensor::from_quantized(dt, [64, 32], &kblocks, d);
             let x = rand_t(&[3, 64], 4, -1.0, 1.0, d);
+            let w2 = Tensor::from_quantized(dt, [72, 64], &wide, d);
             let ids = Tensor::from_slice(&[6i32, 0, 3, 3], [4], d);
             vec![
                 w.cast(DType::F32),
@@ -42,6 +44,10 @@ fn dequantising_ops_match_the_reference() {
                 x.matmul(&k),     // quantised B, not transposed
                 w.matmul(&x.t()), // quantised A
                 x.cast(DType::F16).matmul(&w.t()).cast(DType::F32),
+                // Decode-shaped products (the GEMV kernel): 1, 3 and 2x2 rows.
+                x.narrow(0, 1, 1).matmul(&w2.t()),
+                x.matmul(&w2.t()),
+                rand_t(&[2, 2, 64], 6, -1.0, 1.0, d).matmul(&w2.t()),
             ]
         });
     }

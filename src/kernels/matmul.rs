@@ -57,6 +57,21 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     }
     let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
     let mut src = header(meta.len(), DType::F32, uses_f16, caps);
+    // Few rows against a weight stored [N, K]: the GEMV kernel.
+    let gemv = m <= 8
+        && a.dtype() == DType::F32
+        && !trans_a
+        && trans_b
+        && k % 32 == 0
+        && k > 0
+        // On CPU adapters f32 weights go faster through the vec4 direct kernel.
+        && (b.dtype() != DType::F32 || !caps.direct_matmul)
+        && matches!(b.dtype(), DType::F32 | DType::Q8_0 | DType::Q4_0)
+        && (!b.dtype().is_quantized() || crate::quant::gpu_quant_offset_words(b.numel()).is_multiple_of(4))
+        && std::env::var("TESSERA_GEMV").as_deref() != Ok("0");
+    if gemv {
+        return render_gemv(root, (a, b), (m, n), meta, src, caps);
+    }
     // The vec4 direct kernel: f32 operands whose loaded rows are 4-aligned.
     let vec4 = caps.direct_matmul
         && a.dtype() == DType::F32
@@ -142,6 +157,109 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         patches: Vec::new(),
         // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup
         // memory indexed below its size: checked on odd shapes by tests/ops.rs.
+        trusted: true,
+    })
+}
+
+/// WGSL `dot_block(blk, xv)` for the GEMV kernel: block `blk` (32 values) of a weight in
+/// `dtype` (f32 or a block format), bound as `in_b: array<vec4<u32>>`, dotted with the
+/// 32 values `xv`.
+fn gemv_dot_block(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => {
+            "fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
+    var s = 0.0;
+    for (var t = 0u; t < 8u; t = t + 1u) {
+        s = s + dot(bitcast<vec4<f32>>(in_b[blk * 8u + t]), xv[t]);
+    }
+    return s;
+}
+"
+        }
+        DType::Q8_0 => {
+            "fn scale(blk: u32) -> f32 {
+    return unpack2x16float(in_b[blk >> 3u][(blk >> 1u) & 3u])[blk & 1u];
+}
+fn bytes_i8(w: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u));
+}
+fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
+    let q0 = in_b[qoff4() + 2u * blk];
+    let q1 = in_b[qoff4() + 2u * blk + 1u];
+    let s = dot(bytes_i8(q0.x), xv[0]) + dot(bytes_i8(q0.y), xv[1]) + dot(bytes_i8(q0.z), xv[2]) + dot(bytes_i8(q0.w), xv[3])
+        + dot(bytes_i8(q1.x), xv[4]) + dot(bytes_i8(q1.y), xv[5]) + dot(bytes_i8(q1.z), xv[6]) + dot(bytes_i8(q1.w), xv[7]);
+    return scale(blk) * s;
+}
+"
+        }
+        DType::Q4_0 => {
+            "fn scale(blk: u32) -> f32 {
+    return unpack2x16float(in_b[blk >> 3u][(blk >> 1u) & 3u])[blk & 1u];
+}
+fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
+    let q = in_b[qoff4() + blk];
+    var s = 0.0;
+    for (var t = 0u; t < 4u; t = t + 1u) {
+        // Byte j of the block: element j in its low nibble, element j + 16 in its high.
+        let b = (vec4<u32>(q[t]) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+        s = s + dot(vec4<f32>(b & vec4<u32>(15u)) - 8.0, xv[t]) + dot(vec4<f32>(b >> vec4<u32>(4u)) - 8.0, xv[4u + t]);
+    }
+    return scale(blk) * s;
+}
+"
+        }
+        _ => "",
+    }
+}
+
+/// The GEMV kernel (`shaders/gemv.wgsl`) for `render`'s eligible products.
+fn render_gemv(
+    root: &Tensor,
+    (a, b): (Tensor, Tensor),
+    (m, n): (usize, usize),
+    meta: Vec<u32>,
+    mut src: String,
+    caps: &ShaderCaps,
+) -> Result<KernelSpec> {
+    let tm = m.next_power_of_two().clamp(1, 8);
+    let (cols, split, cpl) = if caps.direct_matmul { (64, 1, 4) } else { (8, 32, 1) };
+    src.push_str("@group(0) @binding(2) var<storage, read> in_a: array<vec4<f32>>;\n");
+    src.push_str("@group(0) @binding(3) var<storage, read> in_b: array<vec4<u32>>;\n");
+    src.push_str(&format!(
+        "const TM: u32 = {tm}u;\nconst COLS: u32 = {cols}u;\nconst SPLIT: u32 = {split}u;\nconst CPL: u32 = {cpl}u;\n"
+    ));
+    if b.dtype().is_quantized() {
+        src.push_str(&format!("fn qoff4() -> u32 {{ return m({}u) >> 2u; }}\n", meta.len() - 1));
+    }
+    src.push_str(gemv_dot_block(b.dtype()));
+    src.push_str(sources::MATMUL_BATCH);
+    src.push_str(sources::GEMV);
+    let r = root.rank();
+    let batch: usize = root.dims()[..r - 2].iter().product();
+    let label = format!("gemv_{}_{}x{}", b.dtype(), tm, cols * cpl);
+    let max = caps.max_workgroups as usize;
+    let (gx, gy) = (n.div_ceil(cols * cpl), m.div_ceil(tm));
+    for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
+        if v > max {
+            return Err(Error::Limit {
+                what: format!("{label}: workgroups over {what}"),
+                needed: v as u64,
+                limit: max as u64,
+            });
+        }
+    }
+    let workgroups = if m == 0 || n == 0 || batch == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, batch as u32] };
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta,
+        inputs: vec![a, b],
+        output: root.clone(),
+        checks: Vec::new(),
+        status_slot: None,
+        workgroups,
+        patches: Vec::new(),
+        // Row and column indices clamped, blocks within each clamped row, stores guarded.
         trusted: true,
     })
 }

@@ -23,6 +23,7 @@ pub mod sources {
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
+    pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
 }
 

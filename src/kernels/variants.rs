@@ -158,6 +158,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
             w.t().matmul(&w.cast(DType::F32)),
         ]);
     }
+    // The GEMV kernel with an f32 weight (GPU adapters; quantised ones above).
+    out.push(Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()));
     out
 }
 
