@@ -350,7 +350,7 @@ fn main() -> tessera::Result<()> {
             extra: None,
         });
     }
-    if want("matmul") && !args.filters.iter().all(|f| f == "matmul-batched") {
+    if want("matmul") {
         // (dtype, m, n, k, weight stored as [n, k] and read transposed: `x @ w.t()`)
         let mut cases: Vec<(DType, usize, usize, usize, bool)> =
             args.sizes.iter().map(|&n| (DType::F32, n, n, n, false)).collect();

@@ -550,7 +550,8 @@ impl<'a> Gen<'a> {
         }
         self.uses_f16 = true;
         if self.caps.native_f16 {
-            format!("f32(f16({e}))")
+            // Not f32(f16(e)): some drivers (NVIDIA's Vulkan) fold that round trip away.
+            format!("quantizeToF16({e})")
         } else {
             format!("unpack2x16float(pack2x16float(vec2<f32>({e}, 0.0))).x")
         }
@@ -563,7 +564,7 @@ impl<'a> Gen<'a> {
             self.uses_f16 = true;
             let xf = if fc == "bool" { format!("select(0.0, 1.0, {x})") } else { format!("f32({x})") };
             return if self.caps.native_f16 {
-                format!("f32(f16({xf}))")
+                format!("quantizeToF16({xf})")
             } else {
                 format!("unpack2x16float(pack2x16float(vec2<f32>({xf}, 0.0))).x")
             };
