@@ -44,6 +44,10 @@ struct Args {
     /// Minimum timed seconds per case.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// Skip the matmul autotuner (its cached result still applies; TESSERA_AUTOTUNE=0
+    /// ignores the cache).
+    #[arg(long)]
+    no_tune: bool,
     /// Print the top kernels by GPU time after the table (needs timestamp queries).
     #[arg(long)]
     top: bool,
@@ -291,6 +295,21 @@ fn main() -> tessera::Result<()> {
         return Ok(());
     }
     let want = |name: &str| args.filters.is_empty() || args.filters.iter().any(|f| name.contains(f.as_str()));
+    if !args.no_tune {
+        // Tune the matmul once per adapter and driver; later runs read the cache.
+        match tessera::device::autotune::ensure(&tessera::DeviceOptions::from_env(), None) {
+            Ok(t) => {
+                let how = if t.cached {
+                    "cached".to_string()
+                } else {
+                    let all: Vec<String> = t.timings.iter().map(|(c, ms)| format!("{} {ms:.1} ms", c.name())).collect();
+                    format!("tuned in {:.1} s: {}", t.elapsed_ms / 1e3, all.join(", "))
+                };
+                eprintln!("autotune: {} ({how})", t.best.name());
+            }
+            Err(e) => eprintln!("autotune skipped: {e}"),
+        }
+    }
     let d = Device::new()?;
     if args.top {
         tessera::profile::start();

@@ -284,3 +284,54 @@ fn plans_replay_with_new_scalars() {
         assert!(mid.plans_built > before.plans_built);
     }
 }
+
+#[test]
+fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
+    use tessera::device::autotune::{ensure, lookup, CANDIDATES};
+    let Some(first) = Device::list().into_iter().next() else {
+        return;
+    };
+    let opts = DeviceOptions { adapter_index: Some(first.index), ..Default::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("autotune.json");
+    // First call measures every candidate and writes the cache; the second reads it.
+    let tuned = ensure(&opts, Some(&path)).unwrap();
+    assert!(!tuned.cached && tuned.timings.len() == CANDIDATES.len(), "{tuned:?}");
+    assert!(path.exists());
+    let again = ensure(&opts, Some(&path)).unwrap();
+    assert!(again.cached && again.best == tuned.best && again.key == tuned.key, "{again:?}");
+    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    assert_eq!(d.matmul_config(), Some(tuned.best));
+
+    // A cache naming another candidate is applied; a corrupt or hand-edited one is not.
+    let other = CANDIDATES.into_iter().find(|c| *c != tuned.best).unwrap();
+    let entry = |kernel: &str, tm: u32| {
+        format!(r#"{{"{}": {{"kernel": "{kernel}", "tm": {tm}, "tn": {}}}}}"#, tuned.key, other.tn)
+    };
+    std::fs::write(&path, entry(if other.direct { "direct" } else { "tiled" }, other.tm as u32)).unwrap();
+    assert_eq!(lookup(&path, &tuned.key), Some(other));
+    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    assert_eq!(d.matmul_config(), Some(other));
+    for bad in [entry("direct", 99), "{not json".to_string(), String::new()] {
+        std::fs::write(&path, bad).unwrap();
+        assert_eq!(lookup(&path, &tuned.key), None);
+        assert!(Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).is_ok());
+    }
+
+    // Every candidate computes the same products as the reference, on odd shapes.
+    let cpu = Device::cpu();
+    let build = |dev: &Device| {
+        let a = rand_t(&[37, 20], 1, -1.0, 1.0, dev);
+        let b = rand_t(&[20, 70], 2, -1.0, 1.0, dev);
+        let w = rand_t(&[66, 20], 3, -1.0, 1.0, dev);
+        vec![a.matmul(&b), a.matmul(&w.t()), b.t().matmul(&a.t()), rand_t(&[3, 5, 20], 4, -1.0, 1.0, dev).matmul(&b)]
+    };
+    let want = tessera::read_all_blocking(&build(&cpu)).unwrap();
+    for c in CANDIDATES {
+        let d = Device::with_options(DeviceOptions { matmul: Some(c), ..opts.clone() }).unwrap();
+        let got = tessera::read_all_blocking(&build(&d)).unwrap();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("{} output {k}", c.name()), g, w, Tol { atol: 1e-5, rtol: 1e-5 });
+        }
+    }
+}

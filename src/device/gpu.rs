@@ -209,11 +209,19 @@ impl GpuContext {
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
         ctx.info.device_type = format!("{:?}", info.device_type);
-        ctx.caps.direct_matmul = match options.tiled_matmul {
-            Some(tiled) => !tiled,
-            None => crate::kernels::matmul::prefer_direct(&ctx.info.device_type),
-        };
         ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
+        // Matmul kernel and tile: explicit, forced family, autotuned, or the default.
+        let key = super::autotune::key_of(&ctx.info);
+        let tuned = || options.autotune_cache.as_deref().and_then(|p| super::autotune::lookup(p, &key));
+        let config = match (options.matmul, options.tiled_matmul) {
+            (Some(c), _) => c,
+            (None, Some(tiled)) => super::autotune::MatmulConfig::default_for(!tiled),
+            (None, None) => tuned().unwrap_or_else(|| {
+                super::autotune::MatmulConfig::default_for(crate::kernels::matmul::prefer_direct(&ctx.info.device_type))
+            }),
+        };
+        ctx.caps.direct_matmul = config.direct;
+        ctx.caps.matmul_tile = (config.tm, config.tn);
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
         }
@@ -248,6 +256,7 @@ impl GpuContext {
                 native_f16: caps.shader_f16,
                 max_workgroups: caps.max_compute_workgroups_per_dimension,
                 direct_matmul: crate::kernels::matmul::prefer_direct("Other"),
+                matmul_tile: (4, 4),
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),

@@ -1,6 +1,7 @@
 //! Devices: adapter choice, capabilities, and the two backends a schedule runs on, a
 //! wgpu GPU device ([`gpu`]) and the CPU reference interpreter.
 
+pub mod autotune;
 pub(crate) mod gpu;
 pub(crate) mod pool;
 
@@ -80,6 +81,13 @@ pub struct DeviceOptions {
     /// direct one; `None` lets the adapter decide (direct on CPU adapters) or
     /// `TESSERA_MATMUL=tiled|direct`.
     pub tiled_matmul: Option<bool>,
+    /// Use this matmul kernel and register tile (overrides `tiled_matmul` and the
+    /// autotune cache).
+    pub matmul: Option<autotune::MatmulConfig>,
+    /// Apply the autotuner's cached result for this adapter from this file, if it holds
+    /// one. [`DeviceOptions::from_env`] sets the default cache unless
+    /// `TESSERA_AUTOTUNE=0`; `Default` reads no cache.
+    pub autotune_cache: Option<std::path::PathBuf>,
 }
 
 impl DeviceOptions {
@@ -102,6 +110,8 @@ impl DeviceOptions {
             force_fallback: env("TESSERA_FORCE_FALLBACK").is_some_and(|v| v != "0"),
             max_workgroups_per_dimension: None,
             tiled_matmul: None,
+            matmul: None,
+            autotune_cache: if env("TESSERA_AUTOTUNE").as_deref() == Some("0") { None } else { autotune::cache_path() },
         }
     }
 }
@@ -188,6 +198,18 @@ impl Device {
     /// run here.
     pub fn cpu_exact() -> Device {
         Device::cpu_with(true)
+    }
+
+    /// The matmul kernel and register tile this device uses (`None` on the CPU device).
+    pub fn matmul_config(&self) -> Option<autotune::MatmulConfig> {
+        match &self.0.backend {
+            Backend::Gpu(g) => Some(autotune::MatmulConfig {
+                direct: g.caps.direct_matmul,
+                tm: g.caps.matmul_tile.0,
+                tn: g.caps.matmul_tile.1,
+            }),
+            Backend::Cpu { .. } => None,
+        }
     }
 
     /// Whether matmuls run the direct (barrier-free) kernel rather than the tiled one.

@@ -90,12 +90,14 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     let (tm, tn, bm, bn) = if caps.direct_matmul {
         // Whole rows per workgroup (uniform A loads), lanes over the columns: TN
         // strided columns each, or 4 consecutive ones in the vec4 kernel.
-        let tm = m.next_power_of_two().clamp(1, 8);
+        let (tile_m, tile_n) = (caps.matmul_tile.0.max(1) as usize, caps.matmul_tile.1.max(1) as usize);
+        let tm = m.next_power_of_two().clamp(1, tile_m);
         let tn = match n {
             0..=64 => 1,
             65..=128 => 2,
             _ => 4,
-        };
+        }
+        .min(tile_n);
         let lanes = if vec4 { 16 * tn } else { 64 };
         src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
         if vec4 {
@@ -106,12 +108,15 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     } else {
         // Rows and columns per invocation: 16-, 32- or 64-wide tiles, the smallest that
         // covers M and N, so thin outputs do not waste a 64-wide tile.
-        let per = |x: usize| match x {
-            0..=16 => 1,
-            17..=32 => 2,
-            _ => 4,
+        let per = |x: usize, most: u8| {
+            match x {
+                0..=16 => 1,
+                17..=32 => 2,
+                _ => 4,
+            }
+            .min(most.max(1) as usize)
         };
-        let (tm, tn) = (per(m), per(n));
+        let (tm, tn) = (per(m, caps.matmul_tile.0), per(n, caps.matmul_tile.1));
         (tm, tn, 16 * tm, 16 * tn)
     };
     src.push_str(&format!(

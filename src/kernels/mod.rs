@@ -37,6 +37,9 @@ pub struct ShaderCaps {
     /// Matmul without workgroup memory (`matmul_direct.wgsl`): the choice for CPU
     /// adapters, where barriers are costly and caches do the tiling.
     pub direct_matmul: bool,
+    /// The largest register tile a matmul invocation computes (rows, columns): chosen
+    /// per adapter by `device::autotune`.
+    pub matmul_tile: (u8, u8),
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).

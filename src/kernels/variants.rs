@@ -9,10 +9,10 @@ use crate::{DType, Device, Result, Tensor};
 /// The two storage conventions for f16.
 pub fn all_caps() -> [ShaderCaps; 4] {
     [
-        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: false },
-        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: false },
-        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: true },
-        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: true },
+        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: false, matmul_tile: (4, 4) },
+        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: false, matmul_tile: (4, 4) },
+        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: true, matmul_tile: (8, 4) },
+        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: true, matmul_tile: (8, 4) },
     ]
 }
 

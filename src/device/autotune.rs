@@ -1,0 +1,182 @@
+//! The matmul autotuner: which kernel (direct or workgroup-tiled) and which register
+//! tile (rows x columns per invocation) run fastest on this adapter, measured on two
+//! probe products and cached on disk, keyed by adapter, backend, driver and crate
+//! version, so the second run starts tuned.
+//!
+//! `Device::new()` applies a cached result when there is one (`TESSERA_AUTOTUNE=0`
+//! ignores the cache); [`ensure`] tunes first when there is none. The cache is
+//! `$TESSERA_CACHE_DIR/autotune.json`, else `$XDG_CACHE_HOME/tessera/...`, else
+//! `~/.cache/tessera/...`; a missing or corrupt file is treated as empty.
+
+use super::{Device, DeviceOptions};
+use crate::{Error, Result, Tensor};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A matmul configuration: kernel family and the largest register tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulConfig {
+    /// The direct (barrier-free) kernel rather than the workgroup-tiled one.
+    pub direct: bool,
+    /// Most output rows per invocation (direct: rows per workgroup).
+    pub tm: u8,
+    /// Most output columns per invocation.
+    pub tn: u8,
+}
+
+impl MatmulConfig {
+    /// The untuned default for an adapter family.
+    pub fn default_for(direct: bool) -> MatmulConfig {
+        if direct {
+            MatmulConfig { direct, tm: 8, tn: 4 }
+        } else {
+            MatmulConfig { direct, tm: 4, tn: 4 }
+        }
+    }
+
+    /// `direct 8x4`, `tiled 4x4`.
+    pub fn name(&self) -> String {
+        format!("{} {}x{}", if self.direct { "direct" } else { "tiled" }, self.tm, self.tn)
+    }
+}
+
+/// The configurations tried.
+pub const CANDIDATES: [MatmulConfig; 6] = [
+    MatmulConfig { direct: true, tm: 8, tn: 4 },
+    MatmulConfig { direct: true, tm: 4, tn: 4 },
+    MatmulConfig { direct: true, tm: 8, tn: 2 },
+    MatmulConfig { direct: false, tm: 4, tn: 4 },
+    MatmulConfig { direct: false, tm: 2, tn: 4 },
+    MatmulConfig { direct: false, tm: 2, tn: 2 },
+];
+
+/// What [`ensure`] found or measured.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// The cache key: adapter, backend, driver, crate version, fallback mode.
+    pub key: String,
+    /// The fastest configuration.
+    pub best: MatmulConfig,
+    /// Each candidate's summed median over the probes, in ms (empty when cached).
+    pub timings: Vec<(MatmulConfig, f64)>,
+    /// Read from the cache rather than measured now.
+    pub cached: bool,
+    /// Wall time of this call, in ms.
+    pub elapsed_ms: f64,
+}
+
+/// Where the cache lives (see the module docs).
+pub fn cache_path() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let dir = var("TESSERA_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("tessera")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache").join("tessera")))?;
+    Some(dir.join("autotune.json"))
+}
+
+/// The cache key of an opened device.
+pub fn key(device: &Device) -> String {
+    key_of(device.info())
+}
+
+/// The cache key of a device with this description.
+pub(crate) fn key_of(i: &super::DeviceInfo) -> String {
+    format!(
+        "{} | {} | {} | tessera {} | fallback {}",
+        i.name,
+        i.backend,
+        i.driver,
+        env!("CARGO_PKG_VERSION"),
+        i.forced_fallback
+    )
+}
+
+fn read_cache(path: &Path) -> serde_json::Map<String, serde_json::Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default()
+}
+
+/// The cached configuration for `key` in the cache file at `path`, if any.
+pub fn lookup(path: &Path, key: &str) -> Option<MatmulConfig> {
+    let e = read_cache(path).get(key)?.clone();
+    let direct = e.get("kernel")?.as_str()? == "direct";
+    let tm = e.get("tm")?.as_u64()?;
+    let tn = e.get("tn")?.as_u64()?;
+    let c = MatmulConfig { direct, tm: tm as u8, tn: tn as u8 };
+    // Only values a kernel supports (a hand-edited file cannot make a bad kernel).
+    CANDIDATES.contains(&c).then_some(c)
+}
+
+/// Tune the adapter `options` select, unless the cache at `path` (default
+/// [`cache_path`]) already holds its result; store what was measured.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
+    let t0 = Instant::now();
+    let path = path.map(Path::to_path_buf).or_else(cache_path);
+    let probe = Device::with_options(DeviceOptions { matmul: None, autotune_cache: None, ..options.clone() })?;
+    if probe.is_cpu() {
+        return Err(Error::Unsupported("autotune: the CPU reference device has no kernels to tune".into()));
+    }
+    let key = key(&probe);
+    drop(probe);
+    if let Some(best) = path.as_deref().and_then(|p| lookup(p, &key)) {
+        return Ok(Tuning {
+            key,
+            best,
+            timings: Vec::new(),
+            cached: true,
+            elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+        });
+    }
+    let mut timings = Vec::new();
+    for c in CANDIDATES {
+        let d = Device::with_options(DeviceOptions { matmul: Some(c), autotune_cache: None, ..options.clone() })?;
+        timings.push((c, probe_ms(&d)?));
+    }
+    let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0).unwrap_or(CANDIDATES[0]);
+    if let Some(p) = &path {
+        let mut cache = read_cache(p);
+        cache.insert(
+            key.clone(),
+            serde_json::json!({
+                "kernel": if best.direct { "direct" } else { "tiled" },
+                "tm": best.tm,
+                "tn": best.tn,
+                "probe_ms": timings.iter().map(|(c, ms)| (c.name(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
+            }),
+        );
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Io { path: dir.display().to_string(), message: e.to_string() })?;
+        }
+        let bytes = serde_json::to_vec_pretty(&serde_json::Value::Object(cache)).unwrap_or_default();
+        crate::io::write_atomic(p, &bytes)?;
+    }
+    Ok(Tuning { key, best, timings, cached: false, elapsed_ms: t0.elapsed().as_secs_f64() * 1e3 })
+}
+
+/// Summed median ms of the probe products (square 512 and a BERT-like `x @ w.t()`).
+#[cfg(not(target_arch = "wasm32"))]
+fn probe_ms(d: &Device) -> Result<f64> {
+    let mut total = 0.0;
+    for (m, n, k, linear) in [(512usize, 512usize, 512usize, false), (128, 1536, 384, true)] {
+        let a = Tensor::rand([m, k], 1, d);
+        let b = if linear { Tensor::rand([n, k], 2, d) } else { Tensor::rand([k, n], 2, d) };
+        crate::read_all_blocking(&[a.clone(), b.clone()])?;
+        let run = || -> Result<f64> {
+            let t = Instant::now();
+            let c = if linear { a.matmul(&b.t()) } else { a.matmul(&b) };
+            c.realize_blocking()?;
+            d.synchronize()?;
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        };
+        run()?;
+        let mut v = [run()?, run()?, run()?];
+        v.sort_by(|x, y| x.total_cmp(y));
+        total += v[1];
+    }
+    Ok(total)
+}
