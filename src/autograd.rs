@@ -426,6 +426,27 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         }
         Op::Im2col { window, .. } => one(g.col2im(*window, x().dims()[2], x().dims()[3])),
         Op::Col2im { window } => one(g.im2col(*window, 0.0)),
+        Op::Attention { causal } => {
+            // Recompute the probabilities, then the usual softmax-attention adjoints.
+            let (q, k, v) = (ins[0].cast(DType::F32), ins[1].cast(DType::F32), ins[2].cast(DType::F32));
+            let r = t.rank() as isize;
+            let d = q.dims()[q.rank() - 1];
+            let scale = 1.0 / (d as f64).sqrt();
+            let p = crate::ops::nn::attention_probs(&q, &k, ins.get(3), *causal);
+            let g = g.cast(DType::F32);
+            let dv = p.transpose(r - 2, r - 1).matmul(&g);
+            let dp = g.matmul(&v.transpose(r - 2, r - 1));
+            let ds = p.mul(&dp.sub(&dp.mul(&p).sum(&[-1], true)));
+            let dq = ds.matmul(&k).mul_scalar(scale);
+            let dk = ds.transpose(r - 2, r - 1).matmul(&q).mul_scalar(scale);
+            let back = |x: Tensor, i: usize| wanted[i].then(|| x.cast(ins[i].dtype()));
+            let mut out = vec![back(dq, 0), back(dk, 1), back(dv, 2)];
+            if ins.len() == 4 {
+                // d(scores)/d(bias) is the identity, summed where the bias broadcasts.
+                out.push(wanted[3].then(|| unbroadcast(&ds, ins[3].dims())));
+            }
+            out
+        }
         Op::Matmul => {
             let (a, b) = (&ins[0], &ins[1]);
             let r = t.rank() as isize;

@@ -2,10 +2,11 @@
 //! command encoder, submit once, and read back only what was asked for.
 
 use super::plan;
-use super::schedule::{matmul_operand, schedule, KernelKind};
+use super::schedule::{buffer_source, matmul_operand, schedule, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
+use crate::kernels::attention;
 use crate::kernels::{elementwise, matmul, reduce, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
@@ -39,6 +40,15 @@ pub(crate) fn plan_kernels(
                     })
                 };
                 matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
+            }
+            KernelKind::Attention => {
+                let bufs = k.root.node().inputs.iter().map(|i| {
+                    buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
+                        context: "schedule".into(),
+                        message: format!("attention operand {} was not materialised", i.id()),
+                    })
+                });
+                attention::render(&k.root, bufs.collect::<Result<_>>()?, caps)?
             }
         };
         if spec.output.dtype().is_quantized() {

@@ -141,6 +141,13 @@ pub enum Op {
     },
     /// Batched matmul `[.., m, k] @ [.., k, n]` with broadcast batch axes (same rank).
     Matmul,
+    /// Fused attention `softmax(q k^T / sqrt(D) + bias) v` over inputs `(q [.., T, D],
+    /// k [.., S, D], v [.., S, D])` and an optional additive f32 `bias` broadcastable to
+    /// `[.., T, S]`; `causal` masks keys after each query (queries aligned with the end
+    /// of the keys). Masked scores are -1e30.
+    Attention {
+        causal: bool,
+    },
     /// Sliding windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col): output
     /// `[n, c, i*kw+j, oh, ow]` reads input `[n, c, oh*sh + i*dh - ph, ow*sw + j*dw - pw]`,
     /// or `pad_value` outside the input.
@@ -204,6 +211,7 @@ impl Op {
             Op::IndexSelect { .. } => "index_select".into(),
             Op::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
             Op::Matmul => "matmul".into(),
+            Op::Attention { .. } => "attention".into(),
             Op::Im2col { .. } => "im2col".into(),
             Op::Col2im { .. } => "col2im".into(),
         }
@@ -212,7 +220,7 @@ impl Op {
     /// Ops that compute one output element from a few input elements and so fuse into a
     /// generated element-wise kernel (movement ops included: they only remap indices).
     pub fn is_elementwise(&self) -> bool {
-        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul)
+        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. })
     }
 }
 

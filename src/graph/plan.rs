@@ -69,6 +69,7 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Concat { axis } | Op::Gather { axis } | Op::IndexSelect { axis } => axis.hash(h),
         Op::Reduce { op, axes } => (op, axes).hash(h),
         Op::Im2col { window, .. } | Op::Col2im { window } => window.hash(h),
+        Op::Attention { causal } => causal.hash(h),
         Op::Input
         | Op::Full { .. }
         | Op::Arange { .. }

@@ -26,6 +26,7 @@ pub enum KernelKind {
     Elementwise,
     Reduce,
     Matmul,
+    Attention,
 }
 
 /// One kernel of a schedule: the node it materialises.
@@ -147,6 +148,14 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                     }
                 }
             }
+            Op::Attention { .. } => {
+                mat.insert(t.id());
+                for i in &t.node().inputs {
+                    if buffer_source(i, &mat).is_none() {
+                        mat.insert(i.id());
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -199,7 +208,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
     loop {
         let mut changed = false;
         for t in &order {
-            if !mat.contains(&t.id()) || t.node().op == Op::Matmul {
+            if !mat.contains(&t.id()) || matches!(t.node().op, Op::Matmul | Op::Attention { .. }) {
                 continue;
             }
             if let Some(split) = oversized(t, &mat, max_inputs) {
@@ -219,6 +228,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             kind: match t.node().op {
                 Op::Reduce { .. } => KernelKind::Reduce,
                 Op::Matmul => KernelKind::Matmul,
+                Op::Attention { .. } => KernelKind::Attention,
                 _ => KernelKind::Elementwise,
             },
         })

@@ -2,6 +2,7 @@
 //! it picks the WGSL file in `shaders/`, renders the variant's header (the convention in
 //! `shaders/README.md`), fills the `meta` parameters and computes the dispatch.
 
+pub mod attention;
 pub(crate) mod codegen;
 pub mod elementwise;
 pub mod matmul;
@@ -23,6 +24,7 @@ pub mod sources {
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
+    pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
 }

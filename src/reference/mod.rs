@@ -2,6 +2,7 @@
 //! to the node's dtype after each op. It is the oracle for every GPU test and the engine
 //! of the CPU device. Clarity over speed.
 
+pub mod attention;
 pub mod elementwise;
 pub mod matmul;
 pub mod movement;
@@ -50,6 +51,11 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         Op::IndexSelect { axis } => movement::index_select(inputs[0], dims(0), inputs[1], *axis, t.dims(), n.location)?,
         Op::Reduce { op, axes } => reduce::reduce(*op, inputs[0], dims(0), axes),
         Op::Matmul => matmul::matmul(inputs[0], dims(0), inputs[1], dims(1), t.dims()),
+        Op::Attention { causal } => {
+            let bias = (inputs.len() == 4).then(|| (inputs[3], dims(3)));
+            let s = dims(1)[dims(1).len() - 2];
+            attention::attention(inputs[0], inputs[1], inputs[2], bias, *causal, t.dims(), s)
+        }
         Op::Im2col { window, pad_value } => movement::im2col(inputs[0], dims(0), window, *pad_value, t.dims()),
         Op::Col2im { window } => movement::col2im(inputs[0], dims(0), window, t.dims()),
     };

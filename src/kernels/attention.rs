@@ -1,0 +1,114 @@
+//! Fused scaled-dot-product attention (`shaders/attention.wgsl`): `Op::Attention`
+//! rendered as one kernel, its K/V tiles staged in workgroup memory.
+
+use super::{header, load_fn, sources, KernelSpec, ShaderCaps};
+use crate::{DType, Error, Result, Tensor};
+
+/// Largest head dim the fused kernel takes (q and the output row live in registers).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Render the attention producing `root` from its operands' buffers `(q, k, v, bias)`.
+pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let ins = &root.node().inputs;
+    let r = root.rank();
+    let (t, d) = (ins[0].dims()[r - 2], ins[0].dims()[r - 1]);
+    let s = ins[1].dims()[r - 2];
+    let causal = matches!(root.node().op, crate::graph::Op::Attention { causal: true });
+    let has_bias = ins.len() == 4;
+    let lead = &root.dims()[..r - 2];
+    let mut meta = vec![t as u32, s as u32, 0, lead.len() as u32];
+    if has_bias {
+        // Bias strides per axis of the [.., T, S] scores (0 where it broadcasts).
+        let bd = ins[3].dims();
+        let mut strides = vec![0u32; r];
+        let mut acc = 1usize;
+        for a in (0..r).rev() {
+            strides[a] = if bd[a] == 1 { 0 } else { acc as u32 };
+            acc *= bd[a];
+        }
+        for (a, &size) in lead.iter().enumerate() {
+            meta.extend_from_slice(&[size as u32, strides[a]]);
+        }
+        meta.extend_from_slice(&[strides[r - 2], strides[r - 1]]);
+    }
+    let out_dt = root.dtype();
+    let uses_f16 = inputs.iter().any(|i| i.dtype() == DType::F16) || out_dt == DType::F16;
+    let mut src = header(meta.len(), out_dt, uses_f16, caps);
+    // 4-aligned f32 rows load as vec4s; otherwise four guarded scalar loads.
+    let vec = d % 4 == 0 && inputs[..3].iter().all(|t| t.dtype() == DType::F32);
+    for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
+        if vec && k < 3 {
+            src.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read> in{k}: array<vec4<f32>>;\n\
+                 fn ld_{name}4(base: u32, c: u32) -> vec4<f32> {{ return in{k}[(base >> 2u) + c]; }}\n",
+                2 + k
+            ));
+            continue;
+        }
+        src.push_str(&super::input_binding(k, t.dtype(), caps));
+        src.push_str(&load_fn(&format!("ld_{name}"), &format!("in{k}"), t.dtype(), caps, None));
+        if k < 3 {
+            src.push_str(&format!(
+                "fn ld_{name}1(base: u32, d: u32) -> f32 {{ return select(0.0, ld_{name}(base + min(d, D - 1u)), d < D); }}\n\
+                 fn ld_{name}4(base: u32, c: u32) -> vec4<f32> {{\n    \
+                 return vec4<f32>(ld_{name}1(base, 4u * c), ld_{name}1(base, 4u * c + 1u), ld_{name}1(base, 4u * c + 2u), ld_{name}1(base, 4u * c + 3u));\n}}\n"
+            ));
+        }
+    }
+    if !has_bias {
+        // Referenced in a branch HAS_BIAS removes; WGSL still needs a definition.
+        src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
+    }
+    // Tiles of BK keys: K and V tiles together within 16 KiB of workgroup memory (each
+    // tile row is ceil(D / 4) vec4s).
+    let bk = (512 / d.div_ceil(4)).clamp(1, 64);
+    let wq = 64;
+    src.push_str(&format!(
+        "const D: u32 = {d}u;\nconst BK: u32 = {bk}u;\nconst TILE: u32 = {}u;\nconst WQ: u32 = {wq}u;\n\
+         const CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n",
+        bk * d.div_ceil(4)
+    ));
+    src.push_str(&store_fn(out_dt, caps));
+    src.push_str(sources::ATTENTION);
+    let bh: usize = lead.iter().product();
+    let label = format!(
+        "attention_{}_d{d}{}{}",
+        ins[0].dtype(),
+        if causal { "_causal" } else { "" },
+        if has_bias { "_mask" } else { "" }
+    );
+    let max = caps.max_workgroups as usize;
+    let gx = t.div_ceil(wq);
+    // Heads over y, folded into z past the per-dimension limit.
+    let gy = bh.min(max);
+    let gz = bh.div_ceil(gy.max(1));
+    if gx > max || gz > max || gy * gz != bh {
+        return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
+    }
+    let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta,
+        inputs,
+        output: root.clone(),
+        checks: Vec::new(),
+        status_slot: None,
+        workgroups,
+        patches: Vec::new(),
+        trusted: false,
+    })
+}
+
+/// `store_out(base, o, inv_l)`: the output row `o * inv_l` at element `base` in the
+/// output's storage (pairs packed into `u32`s for the f16 fallback; D is even there).
+fn store_fn(dt: DType, caps: &ShaderCaps) -> String {
+    let body = match dt {
+        DType::F16 if !caps.native_f16 => {
+            "    for (var d = 0u; d < D; d = d + 2u) {\n        out[(base + d) / 2u] = pack2x16float(vec2<f32>(o[d / 4u][d % 4u], o[d / 4u][d % 4u + 1u]) * inv_l);\n    }\n"
+        }
+        DType::F16 => "    for (var d = 0u; d < D; d = d + 1u) {\n        out[base + d] = f16(o[d / 4u][d % 4u] * inv_l);\n    }\n",
+        _ => "    for (var d = 0u; d < D; d = d + 1u) {\n        out[base + d] = o[d / 4u][d % 4u] * inv_l;\n    }\n",
+    };
+    format!("fn store_out(base: u32, o: array<vec4<f32>, DV>, inv_l: f32) {{\n{body}}}\n")
+}

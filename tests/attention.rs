@@ -1,0 +1,77 @@
+//! Fused attention (`Op::Attention`): the GPU kernel (staged K/V tiles on the tiled
+//! path, direct reads on the direct path) against the reference, and the reference
+//! against the unfused composition, over head dims, masks, causal and f16.
+
+mod common;
+use common::{assert_close, check_with, rand_t, Tol};
+use tessera::{DType, Device, Tensor};
+
+/// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
+const CASES: [(&[usize], usize, bool, u8); 7] = [
+    (&[1, 2, 7, 32], 19, false, 0),
+    (&[2, 3, 70, 64], 40, true, 0),
+    (&[2, 1, 5, 128], 21, false, 1),
+    (&[1, 4, 9, 64], 9, true, 2),
+    (&[3, 6, 5], 11, false, 2),
+    (&[2, 2, 12, 16], 7, true, 1),
+    (&[1, 1, 3, 8], 70, false, 0),
+];
+
+fn build(d: &Device, (qd, s, causal, mask): (&[usize], usize, bool, u8), dt: DType, seed: u64) -> Vec<Tensor> {
+    let r = qd.len();
+    let mut kd = qd.to_vec();
+    kd[r - 2] = s;
+    let q = rand_t(qd, seed, -1.0, 1.0, d).cast(dt);
+    let k = rand_t(&kd, seed + 1, -1.0, 1.0, d).cast(dt);
+    let v = rand_t(&kd, seed + 2, -1.0, 1.0, d).cast(dt);
+    let m = match mask {
+        1 => {
+            // Key padding per batch row: the last keys of batch 0 dropped, one row masked whole.
+            let b = qd[0];
+            let keep: Vec<u8> = (0..b * s).map(|i| u8::from(i % s < s - 1 - (i / s) * 2 && i != s)).collect();
+            let keep: Vec<bool> = keep.iter().map(|&x| x == 1).collect();
+            let mut md = vec![1; r];
+            md[0] = b;
+            md[r - 1] = s;
+            Some(Tensor::from_slice(&keep, md, d))
+        }
+        2 => Some(rand_t(&[qd[r - 2], s], seed + 3, -2.0, 2.0, d)),
+        _ => None,
+    };
+    vec![Tensor::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), causal).cast(DType::F32)]
+}
+
+#[test]
+fn fused_attention_matches_the_reference() {
+    for (n, case) in CASES.into_iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        check_with(&format!("attention case {n}"), Some(Tol { atol: 2e-5, rtol: 1e-4 }), |d| {
+            build(d, case, DType::F32, 10 * n as u64)
+        });
+        if case.0[case.0.len() - 1] % 2 == 0 {
+            check_with(&format!("attention f16 case {n}"), Some(Tol { atol: 2e-3, rtol: 1e-2 }), |d| {
+                build(d, case, DType::F16, 10 * n as u64)
+            });
+        }
+        eprintln!("case {n}: {:?}", t0.elapsed());
+    }
+}
+
+#[test]
+fn the_reference_matches_the_unfused_composition() {
+    let d = Device::cpu();
+    let q = rand_t(&[2, 3, 6, 8], 1, -1.0, 1.0, &d);
+    let k = rand_t(&[2, 3, 10, 8], 2, -1.0, 1.0, &d);
+    let v = rand_t(&[2, 3, 10, 8], 3, -1.0, 1.0, &d);
+    let bias = rand_t(&[6, 10], 4, -1.0, 1.0, &d);
+    let got = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&bias), true);
+    let scores = q.matmul(&k.transpose(-2, -1)).mul_scalar(1.0 / 8f64.sqrt()).add(&bias);
+    let rows = Tensor::arange(0.0, 6.0, 1.0, DType::I32, &d).reshape(vec![6, 1]);
+    let cols = Tensor::arange(0.0, 10.0, 1.0, DType::I32, &d).reshape(vec![1, 10]);
+    let keep = cols.le(&rows.add_scalar(4.0)).broadcast_to(vec![2, 3, 6, 10]);
+    let scores = Tensor::where_(&keep, &scores, &scores.full_like(-1e30));
+    let want = scores.softmax(-1).matmul(&v);
+    let all = tessera::read_all_blocking(&[got, want]).unwrap();
+    let (g, w) = (&all[0], &all[1]);
+    assert_close("reference vs composite", g, w, Tol { atol: 1e-6, rtol: 1e-5 });
+}
