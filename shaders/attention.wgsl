@@ -12,7 +12,7 @@
 //       bias stride; then the bias strides over T and S (HAS_BIAS only).
 // Inputs: q [.., T, D], k and v [.., S, D] (same batch axes, contiguous), bias
 // broadcastable to [.., T, S] (additive, f32). The header defines D, BK, WQ, TILE,
-// CAUSAL, HAS_BIAS, ld_q4/ld_k4/ld_v4/ld_bias and store_out(base, o, 1 / l).
+// CAUSAL, HAS_BIAS, ld_q4/ld_k4/ld_v4/ld_bias and store4(base, c, values).
 
 // Rows are held as DV = ceil(D / 4) vec4s (zero-padded); ld_q4/ld_k4/ld_v4(base, c) load
 // the c-th vec4 of the row starting at element `base` (one vec4 load for 4-aligned f32).
@@ -96,6 +96,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (i < T) {
-        store_out((bh * T + i) * D, o, 1.0 / l);
+        for (var c = 0u; c < DV; c = c + 1u) {
+            store4((bh * T + i) * D, c, o[c] * (1.0 / l));
+        }
     }
 }

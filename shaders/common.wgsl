@@ -133,3 +133,14 @@ fn le_f(a: f32, b: f32) -> bool {
 fn eq_f(a: f32, b: f32) -> bool {
     return a == b && !is_nan_f(a) && !is_nan_f(b);
 }
+
+// f32 -> f16 -> f32 rounding (round to nearest even; past 65520 it overflows to inf) as
+// one builtin that drivers keep: NVIDIA's Vulkan driver folds f32(f16(x)) and
+// unpack2x16float(pack2x16float(x)) away, and quantizeToF16 alone is unspecified past
+// the f16 range.
+fn round_f16(x: f32) -> f32 {
+    if (abs(x) >= 65520.0) {
+        return bitcast<f32>((bitcast<u32>(x) & 0x80000000u) | 0x7f800000u);
+    }
+    return quantizeToF16(clamp(x, -65504.0, 65504.0));
+}

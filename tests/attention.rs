@@ -3,7 +3,7 @@
 //! against the unfused composition, over head dims, masks, causal and f16.
 
 mod common;
-use common::{assert_close, check_with, rand_t, Tol};
+use common::{assert_close, gpu_devices, label, rand_t, Tol};
 use tessera::{DType, Device, Tensor};
 
 /// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
@@ -38,22 +38,31 @@ fn build(d: &Device, (qd, s, causal, mask): (&[usize], usize, bool, u8), dt: DTy
         2 => Some(rand_t(&[qd[r - 2], s], seed + 3, -2.0, 2.0, d)),
         _ => None,
     };
-    vec![Tensor::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), causal).cast(DType::F32)]
+    vec![Tensor::scaled_dot_product_attention_fused(&q, &k, &v, m.as_ref(), causal).cast(DType::F32)]
 }
 
+/// Every case on each Vulkan adapter (tiled and fallback paths); on GL (llvmpipe's GLSL
+/// compiler takes ~4 s per attention variant) the first two cases in f32.
 #[test]
 fn fused_attention_matches_the_reference() {
+    let cpu = Device::cpu();
     for (n, case) in CASES.into_iter().enumerate() {
-        let t0 = std::time::Instant::now();
-        check_with(&format!("attention case {n}"), Some(Tol { atol: 2e-5, rtol: 1e-4 }), |d| {
-            build(d, case, DType::F32, 10 * n as u64)
-        });
-        if case.0[case.0.len() - 1] % 2 == 0 {
-            check_with(&format!("attention f16 case {n}"), Some(Tol { atol: 2e-3, rtol: 1e-2 }), |d| {
-                build(d, case, DType::F16, 10 * n as u64)
-            });
+        let even = case.0[case.0.len() - 1] % 2 == 0;
+        for (dt, tol) in [(DType::F32, Tol { atol: 2e-5, rtol: 1e-4 }), (DType::F16, Tol { atol: 2e-3, rtol: 1e-2 })] {
+            if dt == DType::F16 && !even {
+                continue;
+            }
+            let want = tessera::read_all_blocking(&build(&cpu, case, dt, 10 * n as u64)).unwrap();
+            for dev in gpu_devices() {
+                if dev.info().backend == "Gl" && (n >= 2 || dt == DType::F16) {
+                    continue;
+                }
+                let what = format!("attention {dt} case {n} on {}", label(dev));
+                let got = tessera::read_all_blocking(&build(dev, case, dt, 10 * n as u64))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_close(&what, &got[0], &want[0], tol);
+            }
         }
-        eprintln!("case {n}: {:?}", t0.elapsed());
     }
 }
 
@@ -64,7 +73,7 @@ fn the_reference_matches_the_unfused_composition() {
     let k = rand_t(&[2, 3, 10, 8], 2, -1.0, 1.0, &d);
     let v = rand_t(&[2, 3, 10, 8], 3, -1.0, 1.0, &d);
     let bias = rand_t(&[6, 10], 4, -1.0, 1.0, &d);
-    let got = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&bias), true);
+    let got = Tensor::scaled_dot_product_attention_fused(&q, &k, &v, Some(&bias), true);
     let scores = q.matmul(&k.transpose(-2, -1)).mul_scalar(1.0 / 8f64.sqrt()).add(&bias);
     let rows = Tensor::arange(0.0, 6.0, 1.0, DType::I32, &d).reshape(vec![6, 1]);
     let cols = Tensor::arange(0.0, 10.0, 1.0, DType::I32, &d).reshape(vec![1, 10]);

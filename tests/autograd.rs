@@ -253,6 +253,27 @@ fn nn_op_gradients() {
             )
         },
     );
+    // The fused kernel's rule (Op::Attention): q, k, v and a float bias.
+    gradcheck(
+        "attention_fused",
+        &[
+            In(&[1, 2, 5, 4], -1.0, 1.0),
+            In(&[1, 2, 6, 4], -1.0, 1.0),
+            In(&[1, 2, 6, 4], -1.0, 1.0),
+            In(&[5, 6], -1.0, 1.0),
+        ],
+        &|xs: &[Tensor]| {
+            let dev = xs[0].device().clone();
+            let keep = Tensor::from_slice(&[true, true, false, true, true, true], [1, 1, 1, 6], &dev);
+            Tensor::concat(
+                &[
+                    Tensor::scaled_dot_product_attention_fused(&xs[0], &xs[1], &xs[2], Some(&xs[3]), true),
+                    Tensor::scaled_dot_product_attention_fused(&xs[0], &xs[1], &xs[2], Some(&keep), false),
+                ],
+                -1,
+            )
+        },
+    );
 }
 
 #[test]

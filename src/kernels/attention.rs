@@ -100,15 +100,17 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     })
 }
 
-/// `store_out(base, o, inv_l)`: the output row `o * inv_l` at element `base` in the
-/// output's storage (pairs packed into `u32`s for the f16 fallback; D is even there).
+/// `store4(base, c, v)`: values `4c .. 4c + 3` (those below D) of the output row starting
+/// at element `base`, in the output's storage (pairs packed into `u32`s for the f16
+/// fallback, where D is even). Rows are stored a vec4 at a time: passing the whole row
+/// array to a function made llvmpipe's GL compiler take minutes.
 fn store_fn(dt: DType, caps: &ShaderCaps) -> String {
     let body = match dt {
         DType::F16 if !caps.native_f16 => {
-            "    for (var d = 0u; d < D; d = d + 2u) {\n        out[(base + d) / 2u] = pack2x16float(vec2<f32>(o[d / 4u][d % 4u], o[d / 4u][d % 4u + 1u]) * inv_l);\n    }\n"
+            "    let w = (base + 4u * c) / 2u;\n    out[w] = pack2x16float(v.xy);\n    if (4u * c + 2u < D) {\n        out[w + 1u] = pack2x16float(v.zw);\n    }\n"
         }
-        DType::F16 => "    for (var d = 0u; d < D; d = d + 1u) {\n        out[base + d] = f16(o[d / 4u][d % 4u] * inv_l);\n    }\n",
-        _ => "    for (var d = 0u; d < D; d = d + 1u) {\n        out[base + d] = o[d / 4u][d % 4u] * inv_l;\n    }\n",
+        DType::F16 => "    for (var t = 0u; t < 4u; t = t + 1u) {\n        if (4u * c + t < D) {\n            out[base + 4u * c + t] = f16(v[t]);\n        }\n    }\n",
+        _ => "    for (var t = 0u; t < 4u; t = t + 1u) {\n        if (4u * c + t < D) {\n            out[base + 4u * c + t] = v[t];\n        }\n    }\n",
     };
-    format!("fn store_out(base: u32, o: array<vec4<f32>, DV>, inv_l: f32) {{\n{body}}}\n")
+    format!("fn store4(base: u32, c: u32, v: vec4<f32>) {{\n{body}}}\n")
 }

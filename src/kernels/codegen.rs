@@ -549,12 +549,8 @@ impl<'a> Gen<'a> {
             return e;
         }
         self.uses_f16 = true;
-        if self.caps.native_f16 {
-            // Not f32(f16(e)): some drivers (NVIDIA's Vulkan) fold that round trip away.
-            format!("quantizeToF16({e})")
-        } else {
-            format!("unpack2x16float(pack2x16float(vec2<f32>({e}, 0.0))).x")
-        }
+        // `round_f16` (shaders/common.wgsl): a round trip some drivers cannot fold away.
+        format!("round_f16({e})")
     }
 
     fn cast_expr(&mut self, x: &str, from: DType, to: DType) -> String {
@@ -563,11 +559,7 @@ impl<'a> Gen<'a> {
         if to == DType::F16 {
             self.uses_f16 = true;
             let xf = if fc == "bool" { format!("select(0.0, 1.0, {x})") } else { format!("f32({x})") };
-            return if self.caps.native_f16 {
-                format!("quantizeToF16({xf})")
-            } else {
-                format!("unpack2x16float(pack2x16float(vec2<f32>({xf}, 0.0))).x")
-            };
+            return format!("round_f16({xf})");
         }
         match (fc, tc) {
             (a, b) if a == b => x.to_string(),

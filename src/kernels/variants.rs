@@ -162,15 +162,21 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let (q, kv) = (Tensor::rand([1, 2, 5, 8], 14, &d), Tensor::rand([1, 2, 7, 8], 15, &d));
     let keep = Tensor::rand([1, 1, 1, 7], 16, &d).gt_scalar(0.3);
     out.extend([
-        Tensor::scaled_dot_product_attention(&q, &kv, &kv, Some(&keep), true),
-        Tensor::scaled_dot_product_attention(
+        Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), true),
+        Tensor::scaled_dot_product_attention_fused(
             &q.cast(DType::F16),
             &kv.cast(DType::F16),
             &kv.cast(DType::F16),
             None,
             false,
         ),
-        Tensor::scaled_dot_product_attention(&q.narrow(3, 0, 5), &kv.narrow(3, 0, 5), &kv.narrow(3, 0, 5), None, false),
+        Tensor::scaled_dot_product_attention_fused(
+            &q.narrow(3, 0, 5),
+            &kv.narrow(3, 0, 5),
+            &kv.narrow(3, 0, 5),
+            None,
+            false,
+        ),
     ]);
     // The GEMV kernel with an f32 weight (GPU adapters; quantised ones above).
     out.push(Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()));

@@ -128,7 +128,9 @@ impl Tensor {
 
     /// `softmax(q k^T / sqrt(d) + mask) v` over the last two axes. `q` is `[.., T, d]`,
     /// `k` `[.., S, d]`, `v` `[.., S, dv]`. `mask` is a Bool keep-mask or a float bias
-    /// broadcastable to `[.., T, S]`; `causal` hides keys after each query.
+    /// broadcastable to `[.., T, S]`; `causal` hides keys after each query. Runs as
+    /// matmul, softmax and matmul kernels, or as the fused kernel where
+    /// `TESSERA_FUSED_ATTENTION=1` (see [`Tensor::scaled_dot_product_attention_fused`]).
     #[track_caller]
     pub fn scaled_dot_product_attention(
         q: &Tensor,
@@ -138,7 +140,25 @@ impl Tensor {
         causal: bool,
     ) -> Tensor {
         let loc = Location::caller();
-        q.lift(sdpa_impl(q, k, v, mask, causal, loc))
+        let fused = std::env::var("TESSERA_FUSED_ATTENTION").as_deref() == Ok("1");
+        q.lift(sdpa_impl(q, k, v, mask, causal, fused, loc))
+    }
+
+    /// [`Tensor::scaled_dot_product_attention`] as one fused flash-style kernel
+    /// (`shaders/attention.wgsl`) where its inputs allow (same dtype f32/f16, head dim up
+    /// to 128 and even for f16, equal batch axes); otherwise the composition. Measured
+    /// slower than the composition on lavapipe (seq 512: 297 vs 156 ms) and on an H200
+    /// (0.45 vs 0.17 ms at seq 128): one query per invocation leaves GPUs underused.
+    #[track_caller]
+    pub fn scaled_dot_product_attention_fused(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        causal: bool,
+    ) -> Tensor {
+        let loc = Location::caller();
+        q.lift(sdpa_impl(q, k, v, mask, causal, true, loc))
     }
 }
 
@@ -217,7 +237,15 @@ fn pool_impl(x: &Tensor, k: usize, stride: usize, padding: usize, max: bool, loc
     Ok(if max { cols.max(&[2], false) } else { cols.mean(&[2], false) })
 }
 
-fn sdpa_impl(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool, loc: Loc) -> Result<Tensor> {
+fn sdpa_impl(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    fused: bool,
+    loc: Loc,
+) -> Result<Tensor> {
     let mut ts = vec![q, k, v];
     ts.extend(mask);
     precheck("scaled_dot_product_attention", &ts, loc)?;
@@ -250,15 +278,15 @@ fn sdpa_impl(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: 
         }
     });
     let lead = &q.dims()[..r - 2];
-    let fusable = matches!(q.dtype(), DType::F32 | DType::F16)
+    let fusable = fused
+        && matches!(q.dtype(), DType::F32 | DType::F16)
         && k.dtype() == q.dtype()
         && v.dtype() == q.dtype()
         && (1..=crate::kernels::attention::MAX_HEAD_DIM).contains(&d)
         && (q.dtype() == DType::F32 || d % 2 == 0)
         && &k.dims()[..r - 2] == lead
         && &v.dims()[..r - 2] == lead
-        && v.dims()[r - 1] == d
-        && prefer_fused_attention(q);
+        && v.dims()[r - 1] == d;
     // The bias, rank-aligned, if every axis matches the scores' or broadcasts.
     let target: Vec<usize> = lead.iter().copied().chain([t, s]).collect();
     let aligned = match &bias {
@@ -278,17 +306,6 @@ fn sdpa_impl(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: 
     }
     let p = attention_probs(q, k, bias.as_ref(), causal).cast(v.dtype());
     Ok(p.matmul(v))
-}
-
-/// Whether attention on `q`'s device runs the fused kernel: on GPUs (and the CPU
-/// reference device); CPU adapters run the composition, which lavapipe executes 1.3x
-/// (seq 128) to 3x (seq 512) faster. `TESSERA_FUSED_ATTENTION=0|1` overrides.
-fn prefer_fused_attention(q: &Tensor) -> bool {
-    match std::env::var("TESSERA_FUSED_ATTENTION").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => !q.device().direct_matmul(),
-    }
 }
 
 /// The score every masked key gets (a fully masked row then averages its values).
