@@ -8,9 +8,13 @@
 //! `$TESSERA_CACHE_DIR/autotune.json`, else `$XDG_CACHE_HOME/tessera/...`, else
 //! `~/.cache/tessera/...`; a missing or corrupt file is treated as empty.
 
-use super::{Device, DeviceOptions};
+use super::Device;
+#[cfg(not(target_arch = "wasm32"))]
+use super::DeviceOptions;
+#[cfg(not(target_arch = "wasm32"))]
 use crate::{Error, Result, Tensor};
 use std::path::{Path, PathBuf};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::Instant;
 
 /// A matmul configuration: kernel family and the largest register tile.

@@ -8,7 +8,9 @@ pub mod safetensors;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod tensorboard;
 
-use crate::{DType, Device, Error, Result, Shape, Tensor};
+use crate::{DType, Device, Shape, Tensor};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::{Error, Result};
 
 /// Read a whole file, or map it where the platform can (native), as bytes.
 #[cfg(not(target_arch = "wasm32"))]

@@ -2,6 +2,7 @@
 //! over the attention mask, then L2 normalisation, as sentence-transformers'
 //! all-MiniLM-L6-v2 does.
 
+#[cfg_attr(target_arch = "wasm32", allow(unused_imports))]
 use crate::io::safetensors::{self, TensorFile};
 use crate::nn::{Embedding, LayerNorm, Linear, Module, Slot};
 use crate::{DType, Device, Error, Result, Tensor};
