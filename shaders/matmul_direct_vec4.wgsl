@@ -1,10 +1,11 @@
-// The direct (CPU-adapter) matmul of `matmul_direct.wgsl` with vec4 loads, for f32
-// operands whose rows are 4-aligned. On lavapipe every storage load that is not
+// The direct (CPU-adapter) matmul of `matmul_direct.wgsl` with vec4 loads, for f32 or
+// f16 operands whose rows are 4-aligned (`ld4_a(i)`/`ld4_b(i)` from the header load the
+// i-th group of 4 values: one vec4<f32>, or two u32 words of f16 pairs). On lavapipe every storage load that is not
 // provably uniform runs as a loop over the SIMD lanes; a vec4 load takes one trip of
 // that loop for four values, so this kernel issues a quarter of the loads.
 // A workgroup owns TM whole rows of C (uniform A loads); each of its LANES lanes owns 4
 // consecutive columns. K advances 4 at a time (K % 4 == 0).
-// Operands are bound as array<vec4<f32>>:
+// Groups of 4 along:
 //   A row-major [M, K]: a row's 4 k-values are one vec4 (TRANS_A false);
 //   A stored [K, M] (TRANS_A): 4 consecutive rows at one k are one vec4 (M % 4 == 0);
 //   B row-major [K, N]: a lane's 4 columns at one k are one vec4 (N % 4 == 0);
@@ -59,23 +60,23 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         // b[kk] = B[4 k4 + kk, c0 .. c0 + 3]
         var b: array<vec4<f32>, 4>;
         if (TRANS_B) {
-            let t0 = in_b[cb[0] + k4];
-            let t1 = in_b[cb[1] + k4];
-            let t2 = in_b[cb[2] + k4];
-            let t3 = in_b[cb[3] + k4];
+            let t0 = ld4_b(cb[0] + k4);
+            let t1 = ld4_b(cb[1] + k4);
+            let t2 = ld4_b(cb[2] + k4);
+            let t3 = ld4_b(cb[3] + k4);
             b[0] = vec4<f32>(t0.x, t1.x, t2.x, t3.x);
             b[1] = vec4<f32>(t0.y, t1.y, t2.y, t3.y);
             b[2] = vec4<f32>(t0.z, t1.z, t2.z, t3.z);
             b[3] = vec4<f32>(t0.w, t1.w, t2.w, t3.w);
         } else {
             for (var kk = 0u; kk < 4u; kk = kk + 1u) {
-                b[kk] = in_b[cb[0] + (4u * k4 + kk) * N4];
+                b[kk] = ld4_b(cb[0] + (4u * k4 + kk) * N4);
             }
         }
         if (TRANS_A) {
             for (var kk = 0u; kk < 4u; kk = kk + 1u) {
                 for (var q = 0u; q < TM / 4u; q = q + 1u) {
-                    let a = in_a[ra[4u * q] + (4u * k4 + kk) * M4];
+                    let a = ld4_a(ra[4u * q] + (4u * k4 + kk) * M4);
                     acc[4u * q] = fma(vec4<f32>(a.x), b[kk], acc[4u * q]);
                     acc[4u * q + 1u] = fma(vec4<f32>(a.y), b[kk], acc[4u * q + 1u]);
                     acc[4u * q + 2u] = fma(vec4<f32>(a.z), b[kk], acc[4u * q + 2u]);
@@ -84,7 +85,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             }
         } else {
             for (var i = 0u; i < TM; i = i + 1u) {
-                let a = in_a[ra[i] + k4];
+                let a = ld4_a(ra[i] + k4);
                 acc[i] = fma(vec4<f32>(a.x), b[0], acc[i]);
                 acc[i] = fma(vec4<f32>(a.y), b[1], acc[i]);
                 acc[i] = fma(vec4<f32>(a.z), b[2], acc[i]);

@@ -391,7 +391,11 @@ fn matmul_shapes() {
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {
         let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
         let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);
-        vec![x.matmul(&y)]
+        // 4-aligned f16 operands: the vec4 direct kernel (u32 pairs) in each layout.
+        let p = rand_t(&[12, 16], 5, -1.0, 1.0, d).cast(DType::F16);
+        let w = rand_t(&[20, 16], 6, -1.0, 1.0, d).cast(DType::F16);
+        let q = rand_t(&[20, 12], 7, -1.0, 1.0, d).cast(DType::F16);
+        vec![x.matmul(&y), p.matmul(&w.t()), p.t().matmul(&p), w.matmul(&p.t()).t().matmul(&w), p.t().matmul(&q.t())]
     });
 }
 

@@ -72,19 +72,32 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     if gemv {
         return render_gemv(root, (a, b), (m, n), meta, src, caps);
     }
-    // The vec4 direct kernel: f32 operands whose loaded rows are 4-aligned.
+    // The vec4 direct kernel: f32 or f16 operands whose loaded rows are 4-aligned.
     let vec4 = caps.direct_matmul
-        && a.dtype() == DType::F32
-        && b.dtype() == DType::F32
+        && a.dtype() == b.dtype()
+        && matches!(a.dtype(), DType::F32 | DType::F16)
         && k % 4 == 0
         && (!trans_a || m % 4 == 0)
         && (trans_b || n % 4 == 0)
         && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0");
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
-        let ty = if vec4 { "vec4<f32>" } else { storage_type(t.dtype(), caps) };
+        // The vec4 kernel reads groups of 4: a vec4<f32>, or 4 halves as two u32 words
+        // (the same bits whether the adapter stores f16 natively or packed).
+        let ty = match (vec4, t.dtype()) {
+            (true, DType::F32) => "vec4<f32>",
+            (true, _) => "vec2<u32>",
+            _ => storage_type(t.dtype(), caps),
+        };
         src.push_str(&format!("@group(0) @binding({}) var<storage, read> in_{name}: array<{ty}>;\n", 2 + i));
         if !vec4 {
             src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
+        } else if t.dtype() == DType::F32 {
+            src.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{ return in_{name}[i]; }}\n"));
+        } else {
+            src.push_str(&format!(
+                "fn ld4_{name}(i: u32) -> vec4<f32> {{\n    let w = in_{name}[i];\n    \
+                 return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n}}\n"
+            ));
         }
     }
     let (tm, tn, bm, bn) = if caps.direct_matmul {

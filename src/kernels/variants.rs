@@ -137,6 +137,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
     // 4-aligned f32 operands (the vec4 direct kernel), in every layout.
     let (p, q) = (Tensor::rand([8, 12], 10, &d), Tensor::rand([16, 12], 11, &d));
     out.extend([p.matmul(&q.t()), p.t().matmul(&p), p.matmul(&q.t()).t().matmul(&q), q.t().matmul(&p.t())]);
+    out.push(p.cast(DType::F16).matmul(&q.cast(DType::F16).t()));
     // Convolution windows and their adjoint.
     let img = Tensor::rand([2, 3, 7, 6], 9, &d);
     let win = crate::graph::Window { kernel: (3, 2), stride: (2, 1), padding: (1, 0), dilation: (1, 2) };
