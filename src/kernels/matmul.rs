@@ -150,10 +150,24 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     };
     let swapped = if swap { "_ct" } else { "" };
     let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
-    let gx = n.div_ceil(bn);
-    let gy = m.div_ceil(bm);
+    // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
+    // indexed below its size: checked on odd shapes by tests/ops.rs.
+    product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)
+}
+
+/// The trusted kernel of a product: workgroups `[columns, rows, batch]` checked against
+/// the per-dimension limit (none dispatched for an empty output).
+fn product_spec(
+    root: &Tensor,
+    label: String,
+    source: String,
+    meta: Vec<u32>,
+    (a, b): (Tensor, Tensor),
+    groups: [usize; 3],
+    caps: &ShaderCaps,
+) -> Result<KernelSpec> {
     let max = caps.max_workgroups as usize;
-    for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
+    for (what, v) in ["columns", "rows", "batch"].into_iter().zip(groups) {
         if v > max {
             return Err(Error::Limit {
                 what: format!("{label}: workgroups over {what}"),
@@ -162,10 +176,11 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             });
         }
     }
-    let workgroups = if m == 0 || n == 0 || batch == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, batch as u32] };
+    let empty = root.numel() == 0;
+    let workgroups = if empty { [0, 1, 1] } else { groups.map(|g| g as u32) };
     Ok(KernelSpec {
         label,
-        source: src,
+        source,
         meta,
         inputs: vec![a, b],
         output: root.clone(),
@@ -173,8 +188,6 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         status_slot: None,
         workgroups,
         patches: Vec::new(),
-        // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup
-        // memory indexed below its size: checked on odd shapes by tests/ops.rs.
         trusted: true,
     })
 }
@@ -255,29 +268,6 @@ fn render_gemv(
     let r = root.rank();
     let batch: usize = root.dims()[..r - 2].iter().product();
     let label = format!("gemv_{}_{}x{}", b.dtype(), tm, cols * cpl);
-    let max = caps.max_workgroups as usize;
-    let (gx, gy) = (n.div_ceil(cols * cpl), m.div_ceil(tm));
-    for (what, v) in [("columns", gx), ("rows", gy), ("batch", batch)] {
-        if v > max {
-            return Err(Error::Limit {
-                what: format!("{label}: workgroups over {what}"),
-                needed: v as u64,
-                limit: max as u64,
-            });
-        }
-    }
-    let workgroups = if m == 0 || n == 0 || batch == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, batch as u32] };
-    Ok(KernelSpec {
-        label,
-        source: src,
-        meta,
-        inputs: vec![a, b],
-        output: root.clone(),
-        checks: Vec::new(),
-        status_slot: None,
-        workgroups,
-        patches: Vec::new(),
-        // Row and column indices clamped, blocks within each clamped row, stores guarded.
-        trusted: true,
-    })
+    // Row and column indices clamped, blocks within each clamped row, stores guarded.
+    product_spec(root, label, src, meta, (a, b), [n.div_ceil(cols * cpl), m.div_ceil(tm), batch], caps)
 }
