@@ -48,6 +48,8 @@ fn dequantising_ops_match_the_reference() {
                 x.narrow(0, 1, 1).matmul(&w2.t()),
                 x.matmul(&w2.t()),
                 rand_t(&[2, 2, 64], 6, -1.0, 1.0, d).matmul(&w2.t()),
+                // More rows (the GEMV kernel in row groups of 8 on CPU adapters).
+                rand_t(&[21, 64], 7, -1.0, 1.0, d).matmul(&w2.t()),
             ]
         });
     }
