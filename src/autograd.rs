@@ -426,6 +426,16 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         }
         Op::Im2col { window, .. } => one(g.col2im(*window, x().dims()[2], x().dims()[3])),
         Op::Col2im { window } => one(g.im2col(*window, 0.0)),
+        Op::Softmax { axis, log } => {
+            // y = softmax: g*y - y*sum(g*y); y = log_softmax: g - exp(y)*sum(g).
+            let ax = [*axis as isize];
+            if *log {
+                one(g.sub(&t.exp().mul(&g.sum(&ax, true))))
+            } else {
+                let gy = g.mul(t);
+                one(gy.sub(&t.mul(&gy.sum(&ax, true))))
+            }
+        }
         Op::Attention { causal } => {
             // Recompute the probabilities, then the usual softmax-attention adjoints.
             let (q, k, v) = (ins[0].cast(DType::F32), ins[1].cast(DType::F32), ins[2].cast(DType::F32));

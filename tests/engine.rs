@@ -37,13 +37,13 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
         .collect();
     assert_close("chain", &v.iter().map(|&x| x as f64).collect::<Vec<_>>(), &want, Tol { atol: 1e-6, rtol: 1e-5 });
 
-    // Softmax: two reductions and the normalising element-wise kernel, still one submit.
+    // Softmax: one kernel (row max, sum and outputs in one workgroup per row).
     let before = d.stats();
     let p = x.softmax(-1);
     let _ = p.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
     assert_eq!(s.submits - before.submits, 1);
-    assert_eq!(s.kernels_dispatched - before.kernels_dispatched, 3);
+    assert_eq!(s.kernels_dispatched - before.kernels_dispatched, 1);
 
     // The same structure at another shape reuses every pipeline.
     let before = d.stats();
@@ -51,7 +51,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let _ = z.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
     assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
-    assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 3);
+    assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 1);
 
     // A transposed matmul operand is read in place, not copied.
     let w = rand_t(&[4, 3], 2, -1.0, 1.0, &d);

@@ -259,7 +259,24 @@ fn softmax_family() {
     check("softmax", |d| {
         let x = rand_t(&[3, 17], 9, -5.0, 5.0, d);
         let big = Tensor::from_slice(&[1000.0f32, 1001.0, 999.0, -1000.0], [2, 2], d);
-        vec![x.softmax(-1), x.softmax(0), x.log_softmax(1), big.softmax(1), big.log_softmax(0)]
+        // Rows longer than a workgroup, a middle axis, NaN and -inf rows, a fused producer,
+        // f16 (the composition), an empty axis.
+        let long = rand_t(&[2, 3, 301], 10, -5.0, 5.0, d);
+        let odd = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], [2, 3], d);
+        vec![
+            x.softmax(-1),
+            x.softmax(0),
+            x.log_softmax(1),
+            big.softmax(1),
+            big.log_softmax(0),
+            long.softmax(-1),
+            long.log_softmax(1),
+            odd.softmax(1),
+            odd.log_softmax(1),
+            (x.exp() * 0.5).softmax(0),
+            x.cast(DType::F16).softmax(-1),
+            Tensor::zeros([3, 0], DType::F32, d).softmax(1),
+        ]
     });
 }
 

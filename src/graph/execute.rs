@@ -6,7 +6,7 @@ use super::schedule::{buffer_source, matmul_operand, schedule, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
-use crate::kernels::attention;
+use crate::kernels::{attention, softmax};
 use crate::kernels::{elementwise, matmul, reduce, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
@@ -49,6 +49,13 @@ pub(crate) fn plan_kernels(
                     })
                 });
                 attention::render(&k.root, bufs.collect::<Result<_>>()?, caps)?
+            }
+            KernelKind::Softmax => {
+                let x = buffer_source(&k.root.node().inputs[0], &sched.materialised).ok_or_else(|| Error::Gpu {
+                    context: "schedule".into(),
+                    message: "softmax input was not materialised".into(),
+                })?;
+                softmax::render(&k.root, x, caps)?
             }
         };
         if spec.output.dtype().is_quantized() {

@@ -148,6 +148,11 @@ pub enum Op {
     Attention {
         causal: bool,
     },
+    /// Softmax (or log-softmax with `log`) of f32 values along `axis`, one kernel.
+    Softmax {
+        axis: usize,
+        log: bool,
+    },
     /// Sliding windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col): output
     /// `[n, c, i*kw+j, oh, ow]` reads input `[n, c, oh*sh + i*dh - ph, ow*sw + j*dw - pw]`,
     /// or `pad_value` outside the input.
@@ -212,6 +217,7 @@ impl Op {
             Op::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
             Op::Matmul => "matmul".into(),
             Op::Attention { .. } => "attention".into(),
+            Op::Softmax { log, .. } => if *log { "log_softmax" } else { "softmax" }.into(),
             Op::Im2col { .. } => "im2col".into(),
             Op::Col2im { .. } => "col2im".into(),
         }
@@ -220,7 +226,7 @@ impl Op {
     /// Ops that compute one output element from a few input elements and so fuse into a
     /// generated element-wise kernel (movement ops included: they only remap indices).
     pub fn is_elementwise(&self) -> bool {
-        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. })
+        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. })
     }
 }
 

@@ -70,6 +70,7 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Reduce { op, axes } => (op, axes).hash(h),
         Op::Im2col { window, .. } | Op::Col2im { window } => window.hash(h),
         Op::Attention { causal } => causal.hash(h),
+        Op::Softmax { axis, log } => (axis, log).hash(h),
         Op::Input
         | Op::Full { .. }
         | Op::Arange { .. }

@@ -27,6 +27,7 @@ pub enum KernelKind {
     Reduce,
     Matmul,
     Attention,
+    Softmax,
 }
 
 /// One kernel of a schedule: the node it materialises.
@@ -148,7 +149,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                     }
                 }
             }
-            Op::Attention { .. } => {
+            Op::Attention { .. } | Op::Softmax { .. } => {
                 mat.insert(t.id());
                 for i in &t.node().inputs {
                     if buffer_source(i, &mat).is_none() {
@@ -208,7 +209,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
     loop {
         let mut changed = false;
         for t in &order {
-            if !mat.contains(&t.id()) || matches!(t.node().op, Op::Matmul | Op::Attention { .. }) {
+            if !mat.contains(&t.id()) || matches!(t.node().op, Op::Matmul | Op::Attention { .. } | Op::Softmax { .. }) {
                 continue;
             }
             if let Some(split) = oversized(t, &mat, max_inputs) {
@@ -229,6 +230,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                 Op::Reduce { .. } => KernelKind::Reduce,
                 Op::Matmul => KernelKind::Matmul,
                 Op::Attention { .. } => KernelKind::Attention,
+                Op::Softmax { .. } => KernelKind::Softmax,
                 _ => KernelKind::Elementwise,
             },
         })

@@ -532,7 +532,7 @@ impl<'a> Gen<'a> {
                 cc[*axis] = safe;
                 self.eval(x, &Ix::coords(cc), false)
             }
-            Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } => {
+            Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } => {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);
                 let l = self.linear(ix, t);

@@ -7,6 +7,7 @@ pub(crate) mod codegen;
 pub mod elementwise;
 pub mod matmul;
 pub mod reduce;
+pub mod softmax;
 pub mod variants;
 
 use crate::{DType, Error, Result, Tensor};
@@ -25,6 +26,7 @@ pub mod sources {
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
     pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
+    pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
 }

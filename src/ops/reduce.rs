@@ -71,6 +71,9 @@ impl Tensor {
         let loc = Location::caller();
         self.lift((|| {
             self.float_only("softmax", loc)?;
+            if let Some(t) = self.fused_softmax(axis, false, loc) {
+                return Ok(t);
+            }
             let m = self.reduce_at(ReduceOp::Max, &[axis], true, loc);
             let e = self.binary_at(crate::graph::BinaryOp::Sub, &m, loc).unary_at(crate::graph::UnaryOp::Exp, loc);
             let s = e.reduce_at(ReduceOp::Sum, &[axis], true, loc);
@@ -84,11 +87,31 @@ impl Tensor {
         let loc = Location::caller();
         self.lift((|| {
             self.float_only("log_softmax", loc)?;
+            if let Some(t) = self.fused_softmax(axis, true, loc) {
+                return Ok(t);
+            }
             let m = self.reduce_at(ReduceOp::Max, &[axis], true, loc);
             let z = self.binary_at(crate::graph::BinaryOp::Sub, &m, loc);
             let s = z.unary_at(crate::graph::UnaryOp::Exp, loc).reduce_at(ReduceOp::Sum, &[axis], true, loc);
             Ok(z.binary_at(crate::graph::BinaryOp::Sub, &s.unary_at(crate::graph::UnaryOp::Log, loc), loc))
         })())
+    }
+
+    /// The one-kernel softmax (`Op::Softmax`) for f32 along a valid axis; other dtypes
+    /// (and bad axes, which the composition reports) take the composition.
+    fn fused_softmax(&self, axis: isize, log: bool, loc: Loc) -> Option<Tensor> {
+        let axis = crate::shape::normalize_axis(axis, self.rank())?;
+        if self.dtype() != DType::F32 || std::env::var("TESSERA_FUSED_SOFTMAX").as_deref() == Ok("0") {
+            return None;
+        }
+        Some(Tensor::make_at(
+            Op::Softmax { axis, log },
+            vec![self.clone()],
+            self.shape().clone(),
+            self.dtype(),
+            self.device(),
+            loc,
+        ))
     }
 
     fn float_only(&self, op: &'static str, loc: Loc) -> Result<()> {

@@ -47,3 +47,31 @@ pub fn reduce(op: ReduceOp, x: &[f64], xd: &[usize], axes: &[usize]) -> Vec<f64>
         })
         .collect()
 }
+
+/// Softmax (or log-softmax) of `x` with shape `dims` along `axis`, in f64; the max is
+/// NaN if any element is.
+pub fn softmax(x: &[f64], dims: &[usize], axis: usize, log: bool) -> Vec<f64> {
+    let a = dims[axis];
+    let inner: usize = dims[axis + 1..].iter().product();
+    let mut out = vec![0.0; x.len()];
+    if a == 0 {
+        return out;
+    }
+    for row in 0..x.len() / a {
+        let base = (row / inner) * a * inner + row % inner;
+        let at = |j: usize| base + j * inner;
+        let top = (0..a).map(|j| x[at(j)]).fold(f64::NEG_INFINITY, |m, v| {
+            if v.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(v)
+            }
+        });
+        let total: f64 = (0..a).map(|j| (x[at(j)] - top).exp()).sum();
+        for j in 0..a {
+            let z = x[at(j)] - top;
+            out[at(j)] = if log { z - total.ln() } else { z.exp() / total };
+        }
+    }
+    out
+}
