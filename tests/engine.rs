@@ -51,7 +51,7 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let _ = z.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
     assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
-    assert!(s.pipeline_cache_hits >= before.pipeline_cache_hits + 1);
+    assert!(s.pipeline_cache_hits > before.pipeline_cache_hits);
 
     // A transposed matmul operand is read in place, not copied.
     let w = rand_t(&[4, 3], 2, -1.0, 1.0, &d);

@@ -14,7 +14,7 @@ pub fn render(root: &Tensor, x: Tensor, caps: &ShaderCaps) -> Result<KernelSpec>
     let dims = root.dims();
     let a = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
-    let rows = if a == 0 { 0 } else { root.numel() / a };
+    let rows = root.numel().checked_div(a).unwrap_or(0);
     let meta = vec![a as u32, inner as u32, rows as u32];
     let mut src = header(meta.len(), root.dtype(), false, caps);
     src.push_str(&input_binding(0, x.dtype(), caps));
