@@ -80,6 +80,10 @@ fn the_reference_matches_the_unfused_composition() {
     let keep = cols.le(&rows.add_scalar(4.0)).broadcast_to(vec![2, 3, 6, 10]);
     let scores = Tensor::where_(&keep, &scores, &scores.full_like(-1e30));
     let want = scores.softmax(-1).matmul(&v);
+    // No keys: the composition's empty softmax and zero-length product (zeros), not 0/0.
+    let none = Tensor::zeros([2, 3, 0, 8], DType::F32, &d);
+    let empty = Tensor::scaled_dot_product_attention_fused(&q, &none, &none, None, false);
+    assert_eq!(empty.to_vec_blocking::<f32>().unwrap(), vec![0.0; 2 * 3 * 6 * 8]);
     let all = tessera::read_all_blocking(&[got, want]).unwrap();
     let (g, w) = (&all[0], &all[1]);
     assert_close("reference vs composite", g, w, Tol { atol: 1e-6, rtol: 1e-5 });

@@ -279,6 +279,7 @@ fn sdpa_impl(
     });
     let lead = &q.dims()[..r - 2];
     let fusable = fused
+        && s > 0
         && matches!(q.dtype(), DType::F32 | DType::F16)
         && k.dtype() == q.dtype()
         && v.dtype() == q.dtype()
