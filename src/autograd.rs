@@ -426,6 +426,30 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         }
         Op::Im2col { window, .. } => one(g.col2im(*window, x().dims()[2], x().dims()[3])),
         Op::Col2im { window } => one(g.im2col(*window, 0.0)),
+        Op::Norm { rms, eps, weight, bias } => {
+            // n = normalised x (recomputed), y = n * w + b.
+            let x = x();
+            let ax = [-1isize];
+            let (n, rstd) = crate::ops::nn::normalise(&x, *rms, *eps);
+            let w = weight.then(|| ins[1].clone());
+            let gn = match &w {
+                Some(w) => g.mul(w),
+                None => g.clone(),
+            };
+            let mut proj = gn.sub(&n.mul(&gn.mul(&n).mean(&ax, true)));
+            if !*rms {
+                proj = proj.sub(&gn.mean(&ax, true));
+            }
+            let mut out = vec![wanted[0].then(|| proj.mul(&rstd))];
+            if let Some(w) = &w {
+                out.push(wanted[1].then(|| unbroadcast(&g.mul(&n), w.dims())));
+            }
+            if *bias {
+                let b = &ins[1 + usize::from(*weight)];
+                out.push(wanted[out.len()].then(|| unbroadcast(g, b.dims())));
+            }
+            out
+        }
         Op::Softmax { axis, log } => {
             // y = softmax: g*y - y*sum(g*y); y = log_softmax: g - exp(y)*sum(g).
             let ax = [*axis as isize];

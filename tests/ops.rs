@@ -281,6 +281,26 @@ fn softmax_family() {
 }
 
 #[test]
+fn norms_match_the_reference() {
+    check_with("norms", Some(Tol { atol: 2e-5, rtol: 1e-4 }), |d| {
+        let x = rand_t(&[2, 3, 300], 11, -3.0, 3.0, d);
+        let w = rand_t(&[300], 12, 0.5, 1.5, d);
+        let b = rand_t(&[300], 13, -0.5, 0.5, d);
+        let short = rand_t(&[5, 7], 14, -1.0, 1.0, d);
+        vec![
+            x.layer_norm(Some(&w), Some(&b), 1e-5),
+            x.rms_norm(Some(&w), 1e-6),
+            (x.exp() * 0.1).layer_norm(None, Some(&b), 1e-3),
+            short.layer_norm(None, None, 1e-5),
+            short.rms_norm(None, 1e-5),
+            // Weight shaped [1, D]: the composition.
+            short.layer_norm(Some(&rand_t(&[1, 7], 15, 0.5, 1.5, d)), None, 1e-5),
+            rand_t(&[4, 1], 16, -1.0, 1.0, d).layer_norm(None, None, 1e-5),
+        ]
+    });
+}
+
+#[test]
 fn movement_ops() {
     check("movement", |d| {
         let x = rand_t(&[3, 5, 7], 4, -1.0, 1.0, d);

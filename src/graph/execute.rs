@@ -6,7 +6,7 @@ use super::schedule::{buffer_source, matmul_operand, schedule, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
-use crate::kernels::{attention, softmax};
+use crate::kernels::{attention, norm, softmax};
 use crate::kernels::{elementwise, matmul, reduce, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
@@ -41,14 +41,19 @@ pub(crate) fn plan_kernels(
                 };
                 matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
             }
-            KernelKind::Attention => {
+            KernelKind::Attention | KernelKind::Norm => {
                 let bufs = k.root.node().inputs.iter().map(|i| {
                     buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
                         context: "schedule".into(),
-                        message: format!("attention operand {} was not materialised", i.id()),
+                        message: format!("{} operand {} was not materialised", k.root.op().name(), i.id()),
                     })
                 });
-                attention::render(&k.root, bufs.collect::<Result<_>>()?, caps)?
+                let bufs = bufs.collect::<Result<_>>()?;
+                if k.kind == KernelKind::Norm {
+                    norm::render(&k.root, bufs, caps)?
+                } else {
+                    attention::render(&k.root, bufs, caps)?
+                }
             }
             KernelKind::Softmax => {
                 let x = buffer_source(&k.root.node().inputs[0], &sched.materialised).ok_or_else(|| Error::Gpu {

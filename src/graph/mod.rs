@@ -153,6 +153,15 @@ pub enum Op {
         axis: usize,
         log: bool,
     },
+    /// Layer (or, with `rms`, RMS) normalisation of f32 values over the last axis, times
+    /// an optional weight and plus an optional bias (inputs `(x, weight?, bias?)`, each
+    /// `[D]`), one kernel.
+    Norm {
+        rms: bool,
+        eps: f64,
+        weight: bool,
+        bias: bool,
+    },
     /// Sliding windows of `[N, C, H, W]` as `[N, C, kh*kw, OH, OW]` (im2col): output
     /// `[n, c, i*kw+j, oh, ow]` reads input `[n, c, oh*sh + i*dh - ph, ow*sw + j*dw - pw]`,
     /// or `pad_value` outside the input.
@@ -218,6 +227,7 @@ impl Op {
             Op::Matmul => "matmul".into(),
             Op::Attention { .. } => "attention".into(),
             Op::Softmax { log, .. } => if *log { "log_softmax" } else { "softmax" }.into(),
+            Op::Norm { rms, .. } => if *rms { "rms_norm" } else { "layer_norm" }.into(),
             Op::Im2col { .. } => "im2col".into(),
             Op::Col2im { .. } => "col2im".into(),
         }
@@ -226,7 +236,10 @@ impl Op {
     /// Ops that compute one output element from a few input elements and so fuse into a
     /// generated element-wise kernel (movement ops included: they only remap indices).
     pub fn is_elementwise(&self) -> bool {
-        !matches!(self, Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. })
+        !matches!(
+            self,
+            Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. }
+        )
     }
 }
 

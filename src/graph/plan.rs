@@ -71,6 +71,8 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         Op::Im2col { window, .. } | Op::Col2im { window } => window.hash(h),
         Op::Attention { causal } => causal.hash(h),
         Op::Softmax { axis, log } => (axis, log).hash(h),
+        // eps is rendered into the meta, not patched: it is part of the structure.
+        Op::Norm { rms, eps, weight, bias } => (rms, eps.to_bits(), weight, bias).hash(h),
         Op::Input
         | Op::Full { .. }
         | Op::Arange { .. }

@@ -28,6 +28,7 @@ pub enum KernelKind {
     Matmul,
     Attention,
     Softmax,
+    Norm,
 }
 
 /// One kernel of a schedule: the node it materialises.
@@ -149,7 +150,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                     }
                 }
             }
-            Op::Attention { .. } | Op::Softmax { .. } => {
+            Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. } => {
                 mat.insert(t.id());
                 for i in &t.node().inputs {
                     if buffer_source(i, &mat).is_none() {
@@ -209,7 +210,9 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
     loop {
         let mut changed = false;
         for t in &order {
-            if !mat.contains(&t.id()) || matches!(t.node().op, Op::Matmul | Op::Attention { .. } | Op::Softmax { .. }) {
+            if !mat.contains(&t.id())
+                || matches!(t.node().op, Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. })
+            {
                 continue;
             }
             if let Some(split) = oversized(t, &mat, max_inputs) {
@@ -231,6 +234,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                 Op::Matmul => KernelKind::Matmul,
                 Op::Attention { .. } => KernelKind::Attention,
                 Op::Softmax { .. } => KernelKind::Softmax,
+                Op::Norm { .. } => KernelKind::Norm,
                 _ => KernelKind::Elementwise,
             },
         })

@@ -532,7 +532,12 @@ impl<'a> Gen<'a> {
                 cc[*axis] = safe;
                 self.eval(x, &Ix::coords(cc), false)
             }
-            Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } => {
+            Op::Input
+            | Op::Reduce { .. }
+            | Op::Matmul
+            | Op::Attention { .. }
+            | Op::Softmax { .. }
+            | Op::Norm { .. } => {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);
                 let l = self.linear(ix, t);

@@ -6,6 +6,7 @@ pub mod attention;
 pub(crate) mod codegen;
 pub mod elementwise;
 pub mod matmul;
+pub mod norm;
 pub mod reduce;
 pub mod softmax;
 pub mod variants;
@@ -26,6 +27,7 @@ pub mod sources {
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
     pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
+    pub const NORM: &str = include_str!("../../shaders/norm.wgsl");
     pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");

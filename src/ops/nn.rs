@@ -101,12 +101,14 @@ impl Tensor {
     }
 
     /// Layer normalisation over the last axis, with optional affine `weight` and `bias`.
+    /// f32 with `[D]` weight and bias runs as one kernel (`Op::Norm`).
     #[track_caller]
     pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
-        let mu = self.mean(&[-1], true);
-        let xc = self.sub(&mu);
-        let var = xc.square().mean(&[-1], true);
-        let mut y = xc.mul(&var.add_scalar(eps).rsqrt());
+        let loc = Location::caller();
+        if let Some(t) = fused_norm(self, false, eps, weight, bias, loc) {
+            return t;
+        }
+        let mut y = normalise(self, false, eps).0;
         if let Some(w) = weight {
             y = y.mul(w);
         }
@@ -116,10 +118,15 @@ impl Tensor {
         y
     }
 
-    /// RMS normalisation over the last axis: `x / sqrt(mean(x^2) + eps) * weight`.
+    /// RMS normalisation over the last axis: `x / sqrt(mean(x^2) + eps) * weight`
+    /// (one kernel for f32 with a `[D]` weight).
     #[track_caller]
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Tensor {
-        let y = self.mul(&self.square().mean(&[-1], true).add_scalar(eps).rsqrt());
+        let loc = Location::caller();
+        if let Some(t) = fused_norm(self, true, eps, weight, None, loc) {
+            return t;
+        }
+        let y = normalise(self, true, eps).0;
         match weight {
             Some(w) => y.mul(w),
             None => y,
@@ -307,6 +314,37 @@ fn sdpa_impl(
     }
     let p = attention_probs(q, k, bias.as_ref(), causal).cast(v.dtype());
     Ok(p.matmul(v))
+}
+
+/// Layer (or RMS) normalisation of `x` over its last axis, composed of reductions and
+/// element-wise ops: the normalised values and `1 / sqrt(var + eps)` (kept dims).
+pub(crate) fn normalise(x: &Tensor, rms: bool, eps: f64) -> (Tensor, Tensor) {
+    let xc = if rms { x.clone() } else { x.sub(&x.mean(&[-1], true)) };
+    let rstd = xc.square().mean(&[-1], true).add_scalar(eps).rsqrt();
+    (xc.mul(&rstd), rstd)
+}
+
+/// The one-kernel normalisation (`Op::Norm`) where it applies: f32 `x` of rank >= 1 with
+/// a non-empty last axis, weight and bias (if any) f32 of shape `[D]`; otherwise `None`
+/// (the composition runs and reports any error).
+fn fused_norm(x: &Tensor, rms: bool, eps: f64, w: Option<&Tensor>, b: Option<&Tensor>, loc: Loc) -> Option<Tensor> {
+    let d = *x.dims().last()?;
+    let fits = |t: Option<&Tensor>| {
+        t.is_none_or(|t| t.dtype() == DType::F32 && t.dims() == [d] && t.device().same(x.device()))
+    };
+    if x.dtype() != DType::F32
+        || d == 0
+        || !fits(w)
+        || !fits(b)
+        || std::env::var("TESSERA_FUSED_NORM").as_deref() == Ok("0")
+    {
+        return None;
+    }
+    let mut ins = vec![x.clone()];
+    ins.extend(w.cloned());
+    ins.extend(b.cloned());
+    let op = Op::Norm { rms, eps, weight: w.is_some(), bias: b.is_some() };
+    Some(Tensor::make_at(op, ins, x.shape().clone(), DType::F32, x.device(), loc))
 }
 
 /// The score every masked key gets (a fully masked row then averages its values).

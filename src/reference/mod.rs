@@ -51,6 +51,11 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         Op::IndexSelect { axis } => movement::index_select(inputs[0], dims(0), inputs[1], *axis, t.dims(), n.location)?,
         Op::Reduce { op, axes } => reduce::reduce(*op, inputs[0], dims(0), axes),
         Op::Matmul => matmul::matmul(inputs[0], dims(0), inputs[1], dims(1), t.dims()),
+        Op::Norm { rms, eps, weight, bias } => {
+            let w = weight.then(|| inputs[1]);
+            let b = bias.then(|| inputs[1 + usize::from(*weight)]);
+            reduce::norm(inputs[0], t.dims(), *rms, *eps, w, b)
+        }
         Op::Softmax { axis, log } => reduce::softmax(inputs[0], t.dims(), *axis, *log),
         Op::Attention { causal } => {
             let bias = (inputs.len() == 4).then(|| (inputs[3], dims(3)));

@@ -75,3 +75,21 @@ pub fn softmax(x: &[f64], dims: &[usize], axis: usize, log: bool) -> Vec<f64> {
     }
     out
 }
+
+/// Layer (or RMS) normalisation of `x` over its last axis in f64, times `w`, plus `b`.
+pub fn norm(x: &[f64], dims: &[usize], rms: bool, eps: f64, w: Option<&[f64]>, b: Option<&[f64]>) -> Vec<f64> {
+    let d = dims.last().copied().unwrap_or(1);
+    let mut out = vec![0.0; x.len()];
+    if d == 0 {
+        return out;
+    }
+    for (row, o) in x.chunks(d).zip(out.chunks_mut(d)) {
+        let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / d as f64 };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (j, (o, v)) in o.iter_mut().zip(row).enumerate() {
+            *o = (v - mean) * rstd * w.map_or(1.0, |w| w[j]) + b.map_or(0.0, |b| b[j]);
+        }
+    }
+    out
+}

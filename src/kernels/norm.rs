@@ -1,0 +1,46 @@
+//! Layer and RMS normalisation over the last axis (`Op::Norm`, `shaders/norm.wgsl`), with
+//! the affine weight and bias applied in the same kernel.
+
+use super::{fold_groups, header, input_binding, load_fn, sources, KernelSpec, ShaderCaps};
+use crate::graph::Op;
+use crate::{Result, Tensor};
+
+/// Lanes per row.
+const RW: u32 = 64;
+
+/// Render the normalisation producing `root` from the buffers of its inputs `(x, w?, b?)`.
+pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let Op::Norm { rms, eps, weight, bias } = root.node().op else { unreachable!("norm::render takes a norm node") };
+    let d = root.dims().last().copied().unwrap_or(1);
+    let rows = root.numel().checked_div(d).unwrap_or(0);
+    let meta = vec![d as u32, rows as u32, (eps as f32).to_bits()];
+    let mut src = header(meta.len(), root.dtype(), false, caps);
+    for (k, t) in inputs.iter().enumerate() {
+        src.push_str(&input_binding(k, t.dtype(), caps));
+        src.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), caps, None));
+    }
+    // The bias is input 1 when there is no weight: name the loads by role.
+    let (w_at, b_at) = (weight.then_some(1), bias.then_some(1 + usize::from(weight)));
+    for (name, at) in [("ldw", w_at), ("ldb", b_at)] {
+        match at {
+            Some(k) => src.push_str(&format!("fn {name}(i: u32) -> f32 {{ return ld{k}(i); }}\n")),
+            None => src.push_str(&format!("fn {name}(i: u32) -> f32 {{ return 0.0; }}\n")),
+        }
+    }
+    src.push_str(&format!("const RW: u32 = {RW}u;\nconst RMS: bool = {rms};\nconst HAS_W: bool = {weight};\nconst HAS_B: bool = {bias};\n"));
+    src.push_str(sources::NORM);
+    let label = if rms { "rms_norm" } else { "layer_norm" }.to_string();
+    let workgroups = fold_groups(rows as u64, caps, &label)?;
+    Ok(KernelSpec {
+        label,
+        source: src,
+        meta,
+        inputs,
+        output: root.clone(),
+        checks: Vec::new(),
+        status_slot: None,
+        workgroups,
+        patches: Vec::new(),
+        trusted: false,
+    })
+}
