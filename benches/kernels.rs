@@ -22,15 +22,6 @@ fn ready(ts: &[&Tensor]) {
     tessera::read_all_blocking(&all).expect("upload");
 }
 
-/// `w` (f32) stored in `dtype`.
-fn weight_as(w: &Tensor, dtype: DType) -> Tensor {
-    match dtype {
-        DType::F32 => w.clone(),
-        DType::F16 => w.cast(DType::F16),
-        q => quant::quantize_tensor_blocking(w, q).expect("quantise"),
-    }
-}
-
 fn benches(c: &mut Criterion) {
     let d = match Device::new() {
         Ok(d) => d,
@@ -56,7 +47,7 @@ fn benches(c: &mut Criterion) {
     for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
         let x = Tensor::rand([128, 384], 4, &d);
         let x = if dt == DType::F16 { x.cast(dt) } else { x };
-        let w = weight_as(&w32, dt);
+        let w = quant::convert_blocking(&w32, dt).expect("convert");
         ready(&[&x, &w]);
         g.throughput(Throughput::Elements(2 * 128 * 384 * 1536));
         g.bench_function(format!("bert_128x384x1536_{dt}"), |b| b.iter(|| run(&d, &x.matmul(&w.t()))));
@@ -72,7 +63,7 @@ fn benches(c: &mut Criterion) {
     let (x, w32) = (Tensor::rand([1, 4096], 7, &d) - 0.5, Tensor::rand([4096, 4096], 8, &d) - 0.5);
     for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
         let x = if dt == DType::F16 { x.cast(dt) } else { x.clone() };
-        let w = weight_as(&w32, dt);
+        let w = quant::convert_blocking(&w32, dt).expect("convert");
         ready(&[&x, &w]);
         g.throughput(Throughput::Bytes(if dt.is_quantized() {
             quant::gguf_bytes(dt, 4096 * 4096)

@@ -215,15 +215,6 @@ fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
     (e / w.max(1e-30)).sqrt()
 }
 
-/// A weight in `dtype` (f32 values rounded or quantised).
-fn weight_as(w: &Tensor, dtype: DType) -> Tensor {
-    match dtype {
-        DType::F32 => w.clone(),
-        DType::F16 => w.cast(DType::F16),
-        q => quant::quantize_tensor_blocking(w, q).expect("quantise"),
-    }
-}
-
 fn sync(d: &Device, t: &Tensor) {
     t.realize_blocking().expect("realise");
     d.synchronize().expect("synchronize");
@@ -382,7 +373,7 @@ fn main() -> tessera::Result<()> {
             let w32 = Tensor::rand(if linear { [n, k] } else { [k, n] }, 4, &d) - 0.5;
             // f16 weights take f16 activations; quantised ones f32 activations.
             let a = if dt == DType::F16 { a.cast(dt) } else { a };
-            let (a, w) = if linear { (a, weight_as(&w32, dt)) } else { (a, w32.cast(dt)) };
+            let (a, w) = if linear { (a, quant::convert_blocking(&w32, dt)?) } else { (a, w32.cast(dt)) };
             sync(&d, &a);
             sync(&d, &w);
             let run = || if linear { a.matmul(&w.t()) } else { a.matmul(&w) };
@@ -431,7 +422,7 @@ fn main() -> tessera::Result<()> {
         let want = x32.matmul(&w32.t()).to_vec_blocking::<f32>()?;
         for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
             let x = if dt == DType::F16 { x32.cast(dt) } else { x32.clone() };
-            let w = weight_as(&w32, dt);
+            let w = quant::convert_blocking(&w32, dt)?;
             sync(&d, &w);
             let (ms, cold) = time(args.seconds, || sync(&d, &x.matmul(&w.t())));
             let bytes = match dt {

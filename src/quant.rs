@@ -95,6 +95,17 @@ pub async fn quantize_tensor_weighted(t: &Tensor, dtype: DType, importance: &[f3
     Ok(q)
 }
 
+/// A float tensor stored in `dtype`: cast to f32 or f16, or quantised to Q8_0/Q4_0
+/// (blocking, native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn convert_blocking(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    if dtype.is_quantized() {
+        quantize_tensor_blocking(t, dtype)
+    } else {
+        Ok(t.cast(dtype))
+    }
+}
+
 /// Blocking [`quantize_tensor`] (native only).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn quantize_tensor_blocking(t: &Tensor, dtype: DType) -> Result<Tensor> {

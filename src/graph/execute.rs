@@ -41,26 +41,20 @@ pub(crate) fn plan_kernels(
                 };
                 matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
             }
-            KernelKind::Attention | KernelKind::Norm => {
+            KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {
+                // Whole-buffer kernels: every operand is a buffer (or a reshape of one).
                 let bufs = k.root.node().inputs.iter().map(|i| {
                     buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
                         context: "schedule".into(),
                         message: format!("{} operand {} was not materialised", k.root.op().name(), i.id()),
                     })
                 });
-                let bufs = bufs.collect::<Result<_>>()?;
-                if k.kind == KernelKind::Norm {
-                    norm::render(&k.root, bufs, caps)?
-                } else {
-                    attention::render(&k.root, bufs, caps)?
+                let bufs: Vec<Tensor> = bufs.collect::<Result<_>>()?;
+                match k.kind {
+                    KernelKind::Norm => norm::render(&k.root, bufs, caps)?,
+                    KernelKind::Softmax => softmax::render(&k.root, bufs, caps)?,
+                    _ => attention::render(&k.root, bufs, caps)?,
                 }
-            }
-            KernelKind::Softmax => {
-                let x = buffer_source(&k.root.node().inputs[0], &sched.materialised).ok_or_else(|| Error::Gpu {
-                    context: "schedule".into(),
-                    message: "softmax input was not materialised".into(),
-                })?;
-                softmax::render(&k.root, x, caps)?
             }
         };
         if spec.output.dtype().is_quantized() {

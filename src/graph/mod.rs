@@ -233,6 +233,12 @@ impl Op {
         }
     }
 
+    /// Hand-written kernels over whole input buffers (attention, softmax, norm): their
+    /// inputs are materialised rather than fused into them.
+    pub fn reads_whole_buffers(&self) -> bool {
+        matches!(self, Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. })
+    }
+
     /// Ops that compute one output element from a few input elements and so fuse into a
     /// generated element-wise kernel (movement ops included: they only remap indices).
     pub fn is_elementwise(&self) -> bool {

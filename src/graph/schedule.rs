@@ -150,7 +150,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
                     }
                 }
             }
-            Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. } => {
+            ref op if op.reads_whole_buffers() => {
                 mat.insert(t.id());
                 for i in &t.node().inputs {
                     if buffer_source(i, &mat).is_none() {
@@ -210,9 +210,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
     loop {
         let mut changed = false;
         for t in &order {
-            if !mat.contains(&t.id())
-                || matches!(t.node().op, Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. })
-            {
+            if !mat.contains(&t.id()) || t.node().op == Op::Matmul || t.node().op.reads_whole_buffers() {
                 continue;
             }
             if let Some(split) = oversized(t, &mat, max_inputs) {

@@ -86,18 +86,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
     }
     let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
-    Ok(KernelSpec {
-        label,
-        source: src,
-        meta,
-        inputs,
-        output: root.clone(),
-        checks: Vec::new(),
-        status_slot: None,
-        workgroups,
-        patches: Vec::new(),
-        trusted: false,
-    })
+    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }
 
 /// `store4(base, c, v)`: values `4c .. 4c + 3` (those below D) of the output row starting

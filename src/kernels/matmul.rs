@@ -180,18 +180,7 @@ fn product_spec(
     }
     let empty = root.numel() == 0;
     let workgroups = if empty { [0, 1, 1] } else { groups.map(|g| g as u32) };
-    Ok(KernelSpec {
-        label,
-        source,
-        meta,
-        inputs: vec![a, b],
-        output: root.clone(),
-        checks: Vec::new(),
-        status_slot: None,
-        workgroups,
-        patches: Vec::new(),
-        trusted: true,
-    })
+    Ok(KernelSpec::hand_written(label, source, meta, vec![a, b], root, workgroups, true))
 }
 
 /// WGSL `dot_block(blk, xv)` for the GEMV kernel: block `blk` (32 values) of a weight in

@@ -91,6 +91,33 @@ pub struct KernelSpec {
     pub trusted: bool,
 }
 
+impl KernelSpec {
+    /// A hand-written kernel (matmul, GEMV, attention, softmax, norm): no generated
+    /// bounds checks and no patched scalars; `trusted` as [`KernelSpec::trusted`].
+    pub(crate) fn hand_written(
+        label: String,
+        source: String,
+        meta: Vec<u32>,
+        inputs: Vec<Tensor>,
+        output: &Tensor,
+        workgroups: [u32; 3],
+        trusted: bool,
+    ) -> KernelSpec {
+        KernelSpec {
+            label,
+            source,
+            meta,
+            inputs,
+            output: output.clone(),
+            checks: Vec::new(),
+            status_slot: None,
+            workgroups,
+            patches: Vec::new(),
+            trusted,
+        }
+    }
+}
+
 /// WGSL storage element type for a dtype.
 pub(crate) fn storage_type(dtype: DType, caps: &ShaderCaps) -> &'static str {
     match dtype {
@@ -144,6 +171,17 @@ pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &S
          @group(0) @binding(1) var<storage, read_write> out: array<{}>;\n",
         storage_type(out_dtype, caps)
     ));
+    s
+}
+
+/// Bindings and `ld{k}(i)` load functions for `inputs` (bindings 2, 3, ...), none of
+/// them quantised.
+pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
+    let mut s = String::new();
+    for (k, t) in inputs.iter().enumerate() {
+        s.push_str(&input_binding(k, t.dtype(), caps));
+        s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), caps, None));
+    }
     s
 }
 

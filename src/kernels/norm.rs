@@ -1,7 +1,7 @@
 //! Layer and RMS normalisation over the last axis (`Op::Norm`, `shaders/norm.wgsl`), with
 //! the affine weight and bias applied in the same kernel.
 
-use super::{fold_groups, header, input_binding, load_fn, sources, KernelSpec, ShaderCaps};
+use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
 use crate::{Result, Tensor};
 
@@ -15,10 +15,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let rows = root.numel().checked_div(d).unwrap_or(0);
     let meta = vec![d as u32, rows as u32, (eps as f32).to_bits()];
     let mut src = header(meta.len(), root.dtype(), false, caps);
-    for (k, t) in inputs.iter().enumerate() {
-        src.push_str(&input_binding(k, t.dtype(), caps));
-        src.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), caps, None));
-    }
+    src.push_str(&super::input_loads(&inputs, caps));
     // The bias is input 1 when there is no weight: name the loads by role.
     let (w_at, b_at) = (weight.then_some(1), bias.then_some(1 + usize::from(weight)));
     for (name, at) in [("ldw", w_at), ("ldb", b_at)] {
@@ -31,16 +28,5 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     src.push_str(sources::NORM);
     let label = if rms { "rms_norm" } else { "layer_norm" }.to_string();
     let workgroups = fold_groups(rows as u64, caps, &label)?;
-    Ok(KernelSpec {
-        label,
-        source: src,
-        meta,
-        inputs,
-        output: root.clone(),
-        checks: Vec::new(),
-        status_slot: None,
-        workgroups,
-        patches: Vec::new(),
-        trusted: false,
-    })
+    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }

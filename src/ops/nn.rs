@@ -348,7 +348,7 @@ fn fused_norm(x: &Tensor, rms: bool, eps: f64, w: Option<&Tensor>, b: Option<&Te
 }
 
 /// The score every masked key gets (a fully masked row then averages its values).
-const MASKED: f64 = -1.0e30;
+pub(crate) const MASKED: f64 = -1.0e30;
 
 /// Attention weights `softmax(q k^T / sqrt(D) + bias, causal)` in f32, composed of
 /// matmul, reductions and element-wise ops: the unfused path and the fused kernel's

@@ -1,7 +1,7 @@
 //! Reference scaled-dot-product attention (`Op::Attention`), straight from the formula.
 
-/// The masked score, -1e30 rounded to f32 as the kernel and the composite hold it.
-const MASKED: f64 = -1.0e30f32 as f64;
+/// The masked score, rounded to f32 as the kernel and the composition hold it.
+const MASKED: f64 = crate::ops::nn::MASKED as f32 as f64;
 
 /// `softmax(q k^T / sqrt(D) + bias, causal) v` for q `[.., T, D]`, k and v `[.., S, D]`
 /// (same batch axes) and an optional `bias` of shape `bias_dims` broadcastable to
