@@ -4,8 +4,16 @@ fn is_nan_f(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// NaN and infinity come from a variable, not a constant: WGSL compilers that evaluate
+// constant expressions (Chrome's Tint) reject a NaN or infinite f32 constant.
 fn nan_f() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
+    var bits = 0x7fc00000u;
+    return bitcast<f32>(bits);
+}
+
+fn inf_f() -> f32 {
+    var bits = 0x7f800000u;
+    return bitcast<f32>(bits);
 }
 
 // max/min that propagate NaN, as PyTorch's maximum/minimum do.

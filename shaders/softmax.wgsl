@@ -15,7 +15,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         return;
     }
     let base = (row / I) * A * I + row % I;
-    var mx = bitcast<f32>(0xff800000u);
+    var mx = -inf_f();
     for (var j = lid.x; j < A; j = j + RW) {
         mx = max_f(mx, ld0(base + j * I));
     }

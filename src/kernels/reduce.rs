@@ -93,7 +93,7 @@ fn combine(op: ReduceOp, dt: DType) -> String {
     let (lowest, highest) = match dt {
         DType::I32 => ("-2147483647i - 1i", "2147483647i"),
         DType::U32 => ("0u", "4294967295u"),
-        _ => ("bitcast<f32>(0xff800000u)", "bitcast<f32>(0x7f800000u)"),
+        _ => ("-inf_f()", "inf_f()"),
     };
     let zero = match dt {
         DType::I32 => "0i",

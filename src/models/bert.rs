@@ -399,7 +399,6 @@ pub fn load_saved(path: &std::path::Path, device: &Device) -> Result<BertModel> 
 }
 
 /// Sentence embeddings: tokenizer, BERT, pooling.
-#[cfg(not(target_arch = "wasm32"))]
 pub struct SentenceEmbedder {
     pub model: BertModel,
     tokenizer: tokenizers::Tokenizer,
@@ -407,18 +406,37 @@ pub struct SentenceEmbedder {
     pub max_tokens: usize,
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 impl SentenceEmbedder {
     /// Load from a model directory (`model.safetensors`, `config.json`, `tokenizer.json`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn load(dir: impl AsRef<std::path::Path>, device: &Device) -> Result<SentenceEmbedder> {
         let dir = dir.as_ref();
         Self::from_model(load_dir(dir, device)?, &dir.join("tokenizer.json"))
     }
 
-    /// An embedder over an already built model and a `tokenizer.json`.
+    /// An embedder over an already built model and a `tokenizer.json` file.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn from_model(model: BertModel, tok_path: &std::path::Path) -> Result<SentenceEmbedder> {
-        let mut tokenizer = tokenizers::Tokenizer::from_file(tok_path)
-            .map_err(|e| Error::Format { format: "tokenizer.json", detail: format!("{}: {e}", tok_path.display()) })?;
+        let bytes = std::fs::read(tok_path)
+            .map_err(|e| Error::Io { path: tok_path.display().to_string(), message: e.to_string() })?;
+        Self::from_parts(model, &bytes)
+            .map_err(|e| Error::Format { format: "tokenizer.json", detail: format!("{}: {e}", tok_path.display()) })
+    }
+
+    /// An embedder from the bytes of `config.json`, `model.safetensors` and
+    /// `tokenizer.json` (what a page has after reading files or fetching them).
+    pub fn from_bytes(config: &[u8], weights: &[u8], tokenizer: &[u8], device: &Device) -> Result<SentenceEmbedder> {
+        let text = std::str::from_utf8(config)
+            .map_err(|_| Error::Format { format: "config.json", detail: "not UTF-8 text".into() })?;
+        let config = BertConfig::from_json(text)?;
+        let mut file = safetensors::load_bytes(weights, device)?;
+        Self::from_parts(BertModel::from_file(config, &mut file)?, tokenizer)
+    }
+
+    /// An embedder over a built model and the bytes of a `tokenizer.json`.
+    pub fn from_parts(model: BertModel, tokenizer_json: &[u8]) -> Result<SentenceEmbedder> {
+        let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+            .map_err(|e| Error::Format { format: "tokenizer.json", detail: e.to_string() })?;
         // Batches are padded here, with a mask; truncation is ours too.
         tokenizer.with_padding(None);
         let _ = tokenizer.with_truncation(None);
@@ -495,6 +513,7 @@ impl SentenceEmbedder {
     }
 
     /// Blocking [`SentenceEmbedder::embed`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn embed_blocking(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         pollster::block_on(self.embed(texts))
     }

@@ -1,0 +1,175 @@
+//! Tessera in the browser: the JavaScript API over the `tessera` crate, built with
+//! wasm-bindgen for `wasm32-unknown-unknown` and WebGPU.
+//!
+//! ```js
+//! import init, { Tessera, Tensor } from "tessera-web";
+//! await init();                        // load the .wasm
+//! const tessera = await Tessera.init(); // request a WebGPU adapter and device
+//! const x = Tensor.fromArray(new Float32Array([1, 2, 3, 4]), [2, 2]);
+//! console.log(await x.matmul(x).relu().toArray());
+//! ```
+//!
+//! Every failure reaches JavaScript as an `Error` whose message says what went wrong:
+//! shape and dtype errors as the op is called, GPU and device-loss errors when the
+//! promise of a read settles. Nothing here unwraps; a panic hook reports anything that
+//! slips through to the console.
+//!
+//! Files: [`tensor`] (the `Tensor` class), [`files`] (safetensors, GGUF, MNIST),
+//! [`embed`] (the sentence embedder), [`train`] (model, optimiser, training step).
+
+pub mod embed;
+pub mod files;
+pub mod js;
+pub mod tensor;
+pub mod train;
+
+use std::cell::RefCell;
+use tessera::{Device, DeviceOptions};
+use wasm_bindgen::prelude::*;
+
+thread_local! {
+    /// The device every constructor uses, set by `Tessera.init()`.
+    static DEVICE: RefCell<Option<Device>> = const { RefCell::new(None) };
+}
+
+/// The current device, or the error telling the caller to initialise first.
+pub(crate) fn device() -> Result<Device, JsError> {
+    DEVICE
+        .with(|d| d.borrow().clone())
+        .ok_or_else(|| JsError::new("Tessera is not initialised: call `await Tessera.init()` first"))
+}
+
+/// An engine error as a JavaScript `Error`.
+pub(crate) fn js_err(e: tessera::Error) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+/// The engine's entry point: `await Tessera.init()` opens a WebGPU device.
+#[wasm_bindgen]
+pub struct Tessera {
+    info: tessera::DeviceInfo,
+}
+
+const NO_WEBGPU: &str = "WebGPU is not available here: navigator.gpu is missing. \
+Use a browser with WebGPU (Chrome or Edge 113+, Safari 26+, Firefox 141+ on Windows), \
+serve the page from https:// or http://localhost (WebGPU needs a secure context), \
+or start Chromium with --enable-unsafe-webgpu";
+
+#[wasm_bindgen]
+impl Tessera {
+    /// Request a WebGPU adapter and device and make it the current device.
+    /// Options: `{ forceFallback: true }` uses every fallback path (packed f16, no
+    /// subgroups) even where the adapter has the feature. Calling it again (for example
+    /// after the device was lost) opens a fresh device.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Tessera>")]
+    pub async fn init(#[wasm_bindgen(unchecked_param_type = "InitOptions | undefined")] options: JsValue) -> Result<Tessera, JsError> {
+        let gpu = js::get(&js::get(&js_sys::global().into(), "navigator"), "gpu");
+        if gpu.is_undefined() || gpu.is_null() {
+            return Err(JsError::new(NO_WEBGPU));
+        }
+        let opts = DeviceOptions {
+            force_fallback: js::get_bool(&options, "forceFallback").unwrap_or(false),
+            ..DeviceOptions::default()
+        };
+        let device = Device::new_async(opts).await.map_err(|e| {
+            JsError::new(&format!(
+                "{e}. The browser has navigator.gpu but gave no usable adapter: check chrome://gpu, \
+                 enable WebGPU (chrome://flags/#enable-unsafe-webgpu), or try another browser"
+            ))
+        })?;
+        if device.is_cpu() {
+            return Err(JsError::new(NO_WEBGPU));
+        }
+        let info = device.info().clone();
+        DEVICE.with(|d| *d.borrow_mut() = Some(device));
+        Ok(Tessera { info })
+    }
+
+    /// The adapter: `{ name, backend, deviceType, driver, forcedFallback }`.
+    #[wasm_bindgen(getter, unchecked_return_type = "AdapterInfo")]
+    pub fn adapter(&self) -> JsValue {
+        js::object(&[
+            ("name", self.info.name.as_str().into()),
+            ("backend", self.info.backend.as_str().into()),
+            ("deviceType", self.info.device_type.as_str().into()),
+            ("driver", self.info.driver.as_str().into()),
+            ("forcedFallback", self.info.forced_fallback.into()),
+        ])
+    }
+
+    /// What the device can do: `{ f16, subgroups, subgroupMinSize, subgroupMaxSize,
+    /// timestampQuery, limits: { maxStorageBufferBindingSize, maxBufferSize, ... } }`.
+    /// `f16: false` means f16 tensors use the packed path (pairs of halves in a `u32`).
+    #[wasm_bindgen(getter, unchecked_return_type = "Capabilities")]
+    pub fn capabilities(&self) -> JsValue {
+        let c = &self.info.capabilities;
+        let limits = js::object(&[
+            ("maxStorageBufferBindingSize", (c.max_storage_buffer_binding_size as f64).into()),
+            ("maxBufferSize", (c.max_buffer_size as f64).into()),
+            ("maxStorageBuffersPerShaderStage", c.max_storage_buffers_per_shader_stage.into()),
+            ("maxComputeWorkgroupsPerDimension", c.max_compute_workgroups_per_dimension.into()),
+            ("maxComputeInvocationsPerWorkgroup", c.max_compute_invocations_per_workgroup.into()),
+            ("maxComputeWorkgroupStorageSize", c.max_compute_workgroup_storage_size.into()),
+        ]);
+        js::object(&[
+            ("f16", c.shader_f16.into()),
+            ("subgroups", c.subgroups.into()),
+            ("subgroupMinSize", c.subgroup_min_size.into()),
+            ("subgroupMaxSize", c.subgroup_max_size.into()),
+            ("timestampQuery", c.timestamp_query.into()),
+            ("limits", limits),
+        ])
+    }
+
+    /// Engine counters since the page loaded: kernels dispatched, submits, pipelines
+    /// compiled, buffers allocated, bytes in use and their peak.
+    #[wasm_bindgen(unchecked_return_type = "EngineStats")]
+    pub fn stats() -> JsValue {
+        let s = tessera::stats();
+        js::object(&[
+            ("kernelsDispatched", (s.kernels_dispatched as f64).into()),
+            ("submits", (s.submits as f64).into()),
+            ("realizations", (s.realizations as f64).into()),
+            ("pipelinesCompiled", (s.pipelines_compiled as f64).into()),
+            ("buffersAllocated", (s.buffers_allocated as f64).into()),
+            ("bytesInUse", (s.bytes_in_use as f64).into()),
+            ("peakBytes", (s.peak_bytes as f64).into()),
+        ])
+    }
+
+    /// Test hook: destroy the current WebGPU device, as a driver reset or a lost tab
+    /// would. Reads in flight reject with a device-lost error; call `Tessera.init()`
+    /// to continue on a fresh device.
+    #[wasm_bindgen(js_name = loseDeviceForTesting)]
+    pub fn lose_device_for_testing() -> Result<(), JsError> {
+        let dev = device()?;
+        if let Some((d, _)) = dev.wgpu() {
+            d.destroy();
+        }
+        Ok(())
+    }
+}
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &str = r#"
+/** Options of `Tessera.init`. */
+export interface InitOptions { forceFallback?: boolean }
+/** The adapter `Tessera.init` opened. */
+export interface AdapterInfo { name: string; backend: string; deviceType: string; driver: string; forcedFallback: boolean }
+/** What the device can do; `f16: false` means the packed f16 path runs. */
+export interface Capabilities {
+  f16: boolean; subgroups: boolean; subgroupMinSize: number; subgroupMaxSize: number; timestampQuery: boolean;
+  limits: { maxStorageBufferBindingSize: number; maxBufferSize: number; maxStorageBuffersPerShaderStage: number;
+            maxComputeWorkgroupsPerDimension: number; maxComputeInvocationsPerWorkgroup: number; maxComputeWorkgroupStorageSize: number };
+}
+/** Engine counters. */
+export interface EngineStats { kernelsDispatched: number; submits: number; realizations: number; pipelinesCompiled: number;
+  buffersAllocated: number; bytesInUse: number; peakBytes: number }
+/** Element types. */
+export type DType = "f32" | "f16" | "i32" | "u32" | "bool" | "q8_0" | "q4_0";
+"#;

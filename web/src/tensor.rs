@@ -1,0 +1,576 @@
+//! The JavaScript `Tensor` class: a lazy handle on an engine tensor.
+//!
+//! Handles live in a registry keyed by id, so arrays of tensors (`Tensor.concat`) can be
+//! read without taking them from their JavaScript owners. `dispose()` (or the garbage
+//! collector) drops the handle; the GPU buffer is freed once no graph needs it.
+
+use crate::{device, js, js_err};
+use js_sys::{Array, Float32Array, Int32Array, Uint32Array, Uint8Array};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use tessera::{DType, Tensor};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+thread_local! {
+    static TENSORS: RefCell<HashMap<u32, Tensor>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u32> = const { Cell::new(1) };
+}
+
+/// A tensor: lazy, on the current device. Ops record a graph and are checked at once
+/// (shape, dtype and axis errors throw); `await t.toArray()` runs it on the GPU.
+#[wasm_bindgen(js_name = Tensor)]
+pub struct JsTensor {
+    id: u32,
+}
+
+impl Drop for JsTensor {
+    fn drop(&mut self) {
+        TENSORS.with(|m| {
+            if let Ok(mut m) = m.try_borrow_mut() {
+                m.remove(&self.id);
+            }
+        });
+    }
+}
+
+/// Parse a dtype name (`f32`, `f16`, `i32`, `u32`, `bool`, `q8_0`, `q4_0`).
+pub(crate) fn parse_dtype(name: &str) -> Result<DType, JsError> {
+    DType::ALL
+        .into_iter()
+        .chain(DType::QUANTIZED)
+        .find(|d| d.name() == name.to_ascii_lowercase())
+        .ok_or_else(|| JsError::new(&format!("unknown dtype {name:?}: use f32, f16, i32, u32, bool, q8_0 or q4_0")))
+}
+
+impl JsTensor {
+    /// Hand a checked engine tensor to JavaScript.
+    pub(crate) fn wrap(t: Tensor) -> Result<JsTensor, JsError> {
+        t.check().map_err(js_err)?;
+        let id = NEXT_ID.with(|n| {
+            let id = n.get();
+            n.set(id.wrapping_add(1).max(1));
+            id
+        });
+        TENSORS.with(|m| m.borrow_mut().insert(id, t));
+        Ok(JsTensor { id })
+    }
+
+    /// The engine tensor, or an error if it was disposed.
+    pub(crate) fn tensor(&self) -> Result<Tensor, JsError> {
+        Self::by_id(self.id)
+    }
+
+    fn by_id(id: u32) -> Result<Tensor, JsError> {
+        TENSORS
+            .with(|m| m.borrow().get(&id).cloned())
+            .ok_or_else(|| JsError::new("this Tensor was disposed"))
+    }
+
+    /// Tensors from a JavaScript array of `Tensor` objects (borrowed, not taken).
+    pub(crate) fn list(value: &JsValue, what: &str) -> Result<Vec<Tensor>, JsError> {
+        if !Array::is_array(value) {
+            return Err(JsError::new(&format!("{what} must be an array of Tensors")));
+        }
+        let arr = Array::from(value);
+        (0..arr.length())
+            .map(|i| {
+                let id = js::get(&arr.get(i), "__tesseraId")
+                    .as_f64()
+                    .ok_or_else(|| JsError::new(&format!("{what}[{i}] is not a Tensor")))?;
+                Self::by_id(id as u32)
+            })
+            .collect()
+    }
+
+    fn map(&self, f: impl FnOnce(&Tensor) -> Tensor) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(f(&self.tensor()?))
+    }
+
+    fn axes(&self, axes: &JsValue) -> Result<Vec<isize>, JsError> {
+        if axes.is_undefined() || axes.is_null() {
+            Ok((0..self.tensor()?.rank() as isize).collect())
+        } else {
+            js::isizes(axes, "axes")
+        }
+    }
+}
+
+fn dtype_or(dtype: Option<String>, default: DType) -> Result<DType, JsError> {
+    dtype.map(|d| parse_dtype(&d)).transpose().map(|d| d.unwrap_or(default))
+}
+
+#[wasm_bindgen(js_class = Tensor)]
+impl JsTensor {
+    /// A tensor from data and a shape (default: one axis). `Int32Array` gives i32,
+    /// `Uint32Array` u32, anything else (typed arrays, plain arrays of numbers) f32,
+    /// unless `dtype` says otherwise; bool takes non-zero as true.
+    #[wasm_bindgen(js_name = fromArray)]
+    pub fn from_array(
+        #[wasm_bindgen(unchecked_param_type = "ArrayLike<number>")] data: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number[] | undefined")] shape: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "DType | undefined")] dtype: Option<String>,
+    ) -> Result<JsTensor, JsError> {
+        let dev = device()?;
+        let natural = if data.is_instance_of::<Int32Array>() {
+            DType::I32
+        } else if data.is_instance_of::<Uint32Array>() {
+            DType::U32
+        } else {
+            DType::F32
+        };
+        let dtype = dtype_or(dtype, natural)?;
+        if dtype.is_quantized() {
+            return Err(JsError::new("fromArray makes float tensors: create f32 and call quantize(\"q8_0\")"));
+        }
+        let len = js::get_f64(&data, "length").unwrap_or(0.0) as usize;
+        let shape = if shape.is_undefined() || shape.is_null() { vec![len] } else { js::usizes(&shape, "shape")? };
+        let t = match (dtype, data.dyn_ref::<Float32Array>(), data.dyn_ref::<Int32Array>(), data.dyn_ref::<Uint32Array>()) {
+            (DType::F32, Some(a), _, _) => Tensor::from_slice(&a.to_vec(), shape, &dev),
+            (DType::I32, _, Some(a), _) => Tensor::from_slice(&a.to_vec(), shape, &dev),
+            (DType::U32, _, _, Some(a)) => Tensor::from_slice(&a.to_vec(), shape, &dev),
+            _ => Tensor::from_f64(&js::numbers(&data, "data")?, shape, dtype, &dev),
+        };
+        JsTensor::wrap(t)
+    }
+
+    /// Zeros of a shape.
+    pub fn zeros(
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "DType | undefined")] dtype: Option<String>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::zeros(js::usizes(&shape, "shape")?, dtype_or(dtype, DType::F32)?, &device()?))
+    }
+
+    /// Ones of a shape.
+    pub fn ones(
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "DType | undefined")] dtype: Option<String>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::ones(js::usizes(&shape, "shape")?, dtype_or(dtype, DType::F32)?, &device()?))
+    }
+
+    /// A shape filled with one value.
+    pub fn full(
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+        value: f64,
+        #[wasm_bindgen(unchecked_param_type = "DType | undefined")] dtype: Option<String>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::full(value, js::usizes(&shape, "shape")?, dtype_or(dtype, DType::F32)?, &device()?))
+    }
+
+    /// `start, start + step, ...` below `end`.
+    pub fn arange(
+        start: f64,
+        end: f64,
+        step: Option<f64>,
+        #[wasm_bindgen(unchecked_param_type = "DType | undefined")] dtype: Option<String>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::arange(start, end, step.unwrap_or(1.0), dtype_or(dtype, DType::F32)?, &device()?))
+    }
+
+    /// The `n x n` identity.
+    pub fn eye(n: u32) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::eye(n as usize, DType::F32, &device()?))
+    }
+
+    /// Uniform values in [0, 1) from a seed (the same values on every device).
+    pub fn rand(
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+        seed: Option<f64>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::rand(js::usizes(&shape, "shape")?, seed.unwrap_or(0.0) as u64, &device()?))
+    }
+
+    /// Standard normal values from a seed (the same values on every device).
+    pub fn randn(
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+        seed: Option<f64>,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::randn(js::usizes(&shape, "shape")?, seed.unwrap_or(0.0) as u64, &device()?))
+    }
+
+    /// Where `cond` is true take `a`, else `b` (broadcasting).
+    #[wasm_bindgen(js_name = where)]
+    pub fn where_(cond: &JsTensor, a: &JsTensor, b: &JsTensor) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::where_(&cond.tensor()?, &a.tensor()?, &b.tensor()?))
+    }
+
+    /// Join tensors along an existing axis.
+    pub fn concat(
+        #[wasm_bindgen(unchecked_param_type = "Tensor[]")] tensors: JsValue,
+        axis: i32,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::concat(&JsTensor::list(&tensors, "tensors")?, axis as isize))
+    }
+
+    /// Join tensors along a new axis.
+    pub fn stack(
+        #[wasm_bindgen(unchecked_param_type = "Tensor[]")] tensors: JsValue,
+        axis: i32,
+    ) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(Tensor::stack(&JsTensor::list(&tensors, "tensors")?, axis as isize))
+    }
+
+    /// The dimensions.
+    #[wasm_bindgen(getter, unchecked_return_type = "number[]")]
+    pub fn shape(&self) -> Result<JsValue, JsError> {
+        let t = self.tensor()?;
+        Ok(t.dims().iter().map(|&d| JsValue::from_f64(d as f64)).collect::<Array>().into())
+    }
+
+    /// The element type's name.
+    #[wasm_bindgen(getter, unchecked_return_type = "DType")]
+    pub fn dtype(&self) -> Result<String, JsError> {
+        Ok(self.tensor()?.dtype().name().to_string())
+    }
+
+    /// The number of elements.
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> Result<f64, JsError> {
+        Ok(self.tensor()?.numel() as f64)
+    }
+
+    /// Registry id (internal: lets arrays of tensors be read without taking them).
+    #[wasm_bindgen(getter, js_name = __tesseraId)]
+    pub fn registry_id(&self) -> u32 {
+        self.id
+    }
+
+    /// Whether `dispose()` was called.
+    #[wasm_bindgen(getter)]
+    pub fn disposed(&self) -> bool {
+        TENSORS.with(|m| !m.borrow().contains_key(&self.id))
+    }
+
+    /// Drop this handle now instead of waiting for the garbage collector. Using it
+    /// afterwards throws.
+    pub fn dispose(&self) {
+        TENSORS.with(|m| m.borrow_mut().remove(&self.id));
+    }
+
+    /// Run the graph and read the values: `Float32Array` for f32, f16 (widened) and
+    /// quantised tensors (dequantised), `Int32Array`, `Uint32Array`, and `Uint8Array` (0
+    /// or 1) for bool. Rejects with the error of any op in the graph, or a GPU error.
+    #[wasm_bindgen(js_name = toArray, unchecked_return_type = "Promise<Float32Array | Int32Array | Uint32Array | Uint8Array>")]
+    pub fn to_array(&self) -> Result<js_sys::Promise, JsError> {
+        let t = self.tensor()?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move { read(t).await.map_err(|e| js_err(e).into()) }))
+    }
+
+    /// The single value of a one-element tensor.
+    #[wasm_bindgen(unchecked_return_type = "Promise<number>")]
+    pub fn item(&self) -> Result<js_sys::Promise, JsError> {
+        let t = self.tensor()?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let v = t.to_f64_vec().await.map_err(js_err)?;
+            if v.len() != 1 {
+                return Err(JsError::new(&format!("item() needs one element, the tensor has {}", v.len())).into());
+            }
+            Ok(JsValue::from_f64(v[0]))
+        }))
+    }
+
+    /// Quantise to `q8_0` or `q4_0` (GGUF's blocks; the last axis a multiple of 32).
+    #[wasm_bindgen(unchecked_return_type = "Promise<Tensor>")]
+    pub fn quantize(&self, #[wasm_bindgen(unchecked_param_type = "DType")] dtype: String) -> Result<js_sys::Promise, JsError> {
+        let t = self.tensor()?;
+        let dtype = parse_dtype(&dtype)?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let q = tessera::quant::quantize_tensor(&t, dtype).await.map_err(js_err)?;
+            Ok(JsTensor::wrap(q)?.into())
+        }))
+    }
+
+    /// Convert to another dtype.
+    pub fn cast(&self, #[wasm_bindgen(unchecked_param_type = "DType")] dtype: String) -> Result<JsTensor, JsError> {
+        let d = parse_dtype(&dtype)?;
+        self.map(|t| t.cast(d))
+    }
+
+    /// Clamp into `[min, max]`.
+    pub fn clamp(&self, min: f64, max: f64) -> Result<JsTensor, JsError> {
+        self.map(|t| t.clamp(min, max))
+    }
+
+    /// Matrix product with numpy broadcasting of batch axes.
+    pub fn matmul(&self, other: &JsTensor) -> Result<JsTensor, JsError> {
+        let o = other.tensor()?;
+        self.map(|t| t.matmul(&o))
+    }
+
+    /// The same elements in a new shape (one axis may be -1).
+    pub fn reshape(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue) -> Result<JsTensor, JsError> {
+        let t = self.tensor()?;
+        let dims = js::isizes(&shape, "shape")?;
+        let known: usize = dims.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+        let inferred = dims.iter().filter(|&&d| d == -1).count();
+        if dims.iter().any(|&d| d < -1) || inferred > 1 {
+            return Err(JsError::new(&format!("reshape: bad shape {dims:?} (one -1 at most, others >= 0)")));
+        }
+        let fill = if known == 0 { 0 } else { t.numel() / known };
+        let shape: Vec<usize> = dims.iter().map(|&d| if d == -1 { fill } else { d as usize }).collect();
+        JsTensor::wrap(t.reshape(shape))
+    }
+
+    /// Reorder the axes.
+    pub fn permute(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] perm: JsValue) -> Result<JsTensor, JsError> {
+        let p = js::usizes(&perm, "perm")?;
+        self.map(|t| t.permute(&p))
+    }
+
+    /// Swap two axes.
+    pub fn transpose(&self, a: i32, b: i32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.transpose(a as isize, b as isize))
+    }
+
+    /// Swap the last two axes.
+    pub fn t(&self) -> Result<JsTensor, JsError> {
+        self.map(|t| t.t())
+    }
+
+    /// Broadcast to a shape.
+    #[wasm_bindgen(js_name = broadcastTo)]
+    pub fn broadcast_to(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue) -> Result<JsTensor, JsError> {
+        let s = js::usizes(&shape, "shape")?;
+        self.map(|t| t.broadcast_to(s))
+    }
+
+    /// All elements in one axis.
+    pub fn flatten(&self) -> Result<JsTensor, JsError> {
+        self.map(|t| t.flatten())
+    }
+
+    /// Insert an axis of size 1.
+    pub fn unsqueeze(&self, axis: i32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.unsqueeze(axis as isize))
+    }
+
+    /// Remove an axis of size 1.
+    pub fn squeeze(&self, axis: i32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.squeeze(axis as isize))
+    }
+
+    /// Python-style `start:end:step` on one axis (negative indices count from the end).
+    pub fn slice(&self, axis: i32, start: i32, end: i32, step: Option<u32>) -> Result<JsTensor, JsError> {
+        self.map(|t| t.slice(axis as isize, start as isize, end as isize, step.unwrap_or(1) as usize))
+    }
+
+    /// `len` elements of one axis from `start`.
+    pub fn narrow(&self, axis: i32, start: u32, len: u32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.narrow(axis as isize, start as usize, len as usize))
+    }
+
+    /// Rows (or entries of `axis`) picked by an integer index tensor.
+    #[wasm_bindgen(js_name = indexSelect)]
+    pub fn index_select(&self, axis: i32, index: &JsTensor) -> Result<JsTensor, JsError> {
+        let i = index.tensor()?;
+        self.map(|t| t.index_select(axis as isize, &i))
+    }
+
+    /// `out[..., j, ...] = x[..., index[..., j, ...], ...]` along `axis`.
+    pub fn gather(&self, axis: i32, index: &JsTensor) -> Result<JsTensor, JsError> {
+        let i = index.tensor()?;
+        self.map(|t| t.gather(axis as isize, &i))
+    }
+
+    /// Softmax along an axis.
+    pub fn softmax(&self, axis: i32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.softmax(axis as isize))
+    }
+
+    /// Log-softmax along an axis.
+    #[wasm_bindgen(js_name = logSoftmax)]
+    pub fn log_softmax(&self, axis: i32) -> Result<JsTensor, JsError> {
+        self.map(|t| t.log_softmax(axis as isize))
+    }
+
+    /// Layer norm over the last axis (no affine; multiply and add for one).
+    #[wasm_bindgen(js_name = layerNorm)]
+    pub fn layer_norm(&self, eps: Option<f64>) -> Result<JsTensor, JsError> {
+        self.map(|t| t.layer_norm(None, None, eps.unwrap_or(1e-5)))
+    }
+
+    /// RMS norm over the last axis.
+    #[wasm_bindgen(js_name = rmsNorm)]
+    pub fn rms_norm(&self, eps: Option<f64>) -> Result<JsTensor, JsError> {
+        self.map(|t| t.rms_norm(None, eps.unwrap_or(1e-6)))
+    }
+
+    /// Attention `softmax(q k^T / sqrt(d)) v` over `[..., seq, dim]` tensors, with this
+    /// tensor as `q`; `fused` runs the flash-style kernel where the inputs allow.
+    #[wasm_bindgen(js_name = scaledDotProductAttention)]
+    pub fn scaled_dot_product_attention(
+        &self,
+        k: &JsTensor,
+        v: &JsTensor,
+        causal: Option<bool>,
+        fused: Option<bool>,
+    ) -> Result<JsTensor, JsError> {
+        let (k, v, causal) = (k.tensor()?, v.tensor()?, causal.unwrap_or(false));
+        if fused.unwrap_or(false) {
+            self.map(|q| Tensor::scaled_dot_product_attention_fused(q, &k, &v, None, causal))
+        } else {
+            self.map(|q| Tensor::scaled_dot_product_attention(q, &k, &v, None, causal))
+        }
+    }
+}
+
+macro_rules! reductions {
+    ($($(#[$doc:meta])* $name:ident;)*) => {
+        #[wasm_bindgen(js_class = Tensor)]
+        impl JsTensor {
+            $(
+                $(#[$doc])*
+                /// `axes`: a number, an array, or undefined for all axes.
+                pub fn $name(
+                    &self,
+                    #[wasm_bindgen(unchecked_param_type = "number | number[] | undefined")] axes: JsValue,
+                    keepdim: Option<bool>,
+                ) -> Result<JsTensor, JsError> {
+                    let axes = self.axes(&axes)?;
+                    self.map(|t| t.$name(&axes, keepdim.unwrap_or(false)))
+                }
+            )*
+        }
+    };
+}
+
+reductions! {
+    /// Sum over axes.
+    sum;
+    /// Mean over axes.
+    mean;
+    /// Maximum over axes.
+    max;
+    /// Minimum over axes.
+    min;
+    /// Index of the maximum over axes (i32).
+    argmax;
+    /// Index of the minimum over axes (i32).
+    argmin;
+    /// Population variance over axes.
+    var;
+}
+
+macro_rules! unary {
+    ($($(#[$doc:meta])* $js:ident => $name:ident;)*) => {
+        #[wasm_bindgen(js_class = Tensor)]
+        impl JsTensor {
+            $(
+                $(#[$doc])*
+                #[wasm_bindgen(js_name = $js)]
+                pub fn $name(&self) -> Result<JsTensor, JsError> {
+                    self.map(|t| t.$name())
+                }
+            )*
+        }
+    };
+}
+
+unary! {
+    /// `-x`.
+    neg => neg;
+    /// `|x|`.
+    abs => abs;
+    /// `e^x`.
+    exp => exp;
+    /// Natural log.
+    log => log;
+    /// Square root.
+    sqrt => sqrt;
+    /// `1 / sqrt(x)`.
+    rsqrt => rsqrt;
+    /// Sine.
+    sin => sin;
+    /// Cosine.
+    cos => cos;
+    /// Hyperbolic tangent.
+    tanh => tanh;
+    /// Logistic sigmoid.
+    sigmoid => sigmoid;
+    /// `max(x, 0)`.
+    relu => relu;
+    /// GELU (erf form).
+    gelu => gelu;
+    /// GELU (tanh approximation).
+    geluTanh => gelu_tanh;
+    /// `x * sigmoid(x)`.
+    silu => silu;
+    /// `x * x`.
+    square => square;
+    /// Round down.
+    floor => floor;
+    /// Round up.
+    ceil => ceil;
+}
+
+macro_rules! binary {
+    ($($(#[$doc:meta])* $js:ident, $js_scalar:ident => $name:ident, $scalar:ident;)*) => {
+        #[wasm_bindgen(js_class = Tensor)]
+        impl JsTensor {
+            $(
+                $(#[$doc])*
+                /// Broadcasts like numpy.
+                #[wasm_bindgen(js_name = $js)]
+                pub fn $name(&self, other: &JsTensor) -> Result<JsTensor, JsError> {
+                    let o = other.tensor()?;
+                    self.map(|t| t.$name(&o))
+                }
+
+                $(#[$doc])*
+                /// With a number.
+                #[wasm_bindgen(js_name = $js_scalar)]
+                pub fn $scalar(&self, value: f64) -> Result<JsTensor, JsError> {
+                    self.map(|t| t.$scalar(value))
+                }
+            )*
+        }
+    };
+}
+
+binary! {
+    /// Element-wise sum.
+    add, addScalar => add, add_scalar;
+    /// Element-wise difference.
+    sub, subScalar => sub, sub_scalar;
+    /// Element-wise product.
+    mul, mulScalar => mul, mul_scalar;
+    /// Element-wise quotient.
+    div, divScalar => div, div_scalar;
+    /// Element-wise maximum.
+    maximum, maximumScalar => maximum, maximum_scalar;
+    /// Element-wise minimum.
+    minimum, minimumScalar => minimum, minimum_scalar;
+    /// Element-wise power.
+    pow, powScalar => pow, pow_scalar;
+    /// Equality mask (bool).
+    eq, eqScalar => eq, eq_scalar;
+    /// Inequality mask (bool).
+    ne, neScalar => ne, ne_scalar;
+    /// `x < y` mask (bool).
+    lt, ltScalar => lt, lt_scalar;
+    /// `x <= y` mask (bool).
+    le, leScalar => le, le_scalar;
+    /// `x > y` mask (bool).
+    gt, gtScalar => gt, gt_scalar;
+    /// `x >= y` mask (bool).
+    ge, geScalar => ge, ge_scalar;
+}
+
+/// Read a tensor as the typed array for its dtype.
+pub(crate) async fn read(t: Tensor) -> tessera::Result<JsValue> {
+    Ok(match t.dtype() {
+        DType::F32 => Float32Array::from(&t.to_vec::<f32>().await?[..]).into(),
+        DType::I32 => Int32Array::from(&t.to_vec::<i32>().await?[..]).into(),
+        DType::U32 => Uint32Array::from(&t.to_vec::<u32>().await?[..]).into(),
+        DType::Bool => {
+            let v: Vec<u8> = t.to_f64_vec().await?.into_iter().map(|x| (x != 0.0) as u8).collect();
+            Uint8Array::from(&v[..]).into()
+        }
+        _ => {
+            let v: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|x| x as f32).collect();
+            Float32Array::from(&v[..]).into()
+        }
+    })
+}
