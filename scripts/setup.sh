@@ -39,3 +39,23 @@ if command -v rustup >/dev/null 2>&1; then
     log "wasm32-unknown-unknown present"
   fi
 fi
+
+# The browser package and its tests (scripts/build_web.sh, scripts/test_web.sh):
+# binaryen's wasm-opt, and Debian's Chromium (headless, with a real WebGPU adapter)
+# unless TESSERA_SKIP_CHROMIUM=1 (the demo server needs no browser here).
+web_missing=()
+command -v wasm-opt >/dev/null 2>&1 || web_missing+=(binaryen)
+if [ "${TESSERA_SKIP_CHROMIUM:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
+  web_missing+=(chromium)
+fi
+if [ ${#web_missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing ${web_missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${web_missing[@]}" >/dev/null
+  else
+    log "no apt-get: install ${web_missing[*]} by hand for the browser package"
+  fi
+else
+  log "wasm-opt and chromium present"
+fi

@@ -2,7 +2,7 @@
 # Every check a fresh machine runs: install what is missing, then the full test suite on
 # every adapter (lavapipe's Vulkan, llvmpipe's GL, each with forced fallbacks), the
 # MiniLM checks against the float64 fixture, the info example's self-check, and the
-# browser build.
+# browser package with its tests in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,6 +31,6 @@ cargo run --release --example train_mnist -- --max-steps 40 --quiet \
   --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png"
 cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
 
-echo "== browser build (wasm32-unknown-unknown)"
-cargo build --lib --target wasm32-unknown-unknown
+echo "== browser: the npm package and its tests in headless Chromium on WebGPU"
+bash scripts/test_web.sh
 echo "== all checks passed"

@@ -4,29 +4,11 @@
 //! it the test is skipped unless `TESSERA_REQUIRE_MODEL=1`.
 
 mod common;
+use common::model_dir;
 use std::path::PathBuf;
 use tessera::models::bert::{self, check_memory_within, estimate_memory, SentenceEmbedder};
 use tessera::quant;
 use tessera::{DType, Device};
-
-pub fn model_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("TESSERA_MINILM_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        let base = std::env::var_os("TESSERA_DATA")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera"));
-        base.join("minilm")
-    });
-    if dir.join("model.safetensors").exists() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("TESSERA_REQUIRE_MODEL").map_or(true, |v| v != "1"),
-        "TESSERA_REQUIRE_MODEL=1 but {} has no model (run scripts/fetch_minilm.sh)",
-        dir.display()
-    );
-    eprintln!("skipping: no MiniLM in {} (run scripts/fetch_minilm.sh)", dir.display());
-    None
-}
 
 fn fixture() -> serde_json::Value {
     serde_json::from_str(include_str!("fixtures/minilm_reference.json")).unwrap()

@@ -320,8 +320,12 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
 
-    let v_err = validation.pop().await;
-    let o_err = oom.pop().await;
+    // Pop both scopes before awaiting either: on the web, error scopes are a per-device
+    // stack, and another realisation running while this one awaits would push its own.
+    // (Nothing between the pushes and here awaits, so the scopes are still on top.)
+    let (v_pop, o_pop) = (validation.pop(), oom.pop());
+    let v_err = v_pop.await;
+    let o_err = o_pop.await;
     if let Some(e) = o_err {
         let requested = specs.iter().map(|s| storage_bytes(&s.output)).sum();
         return Err(Error::OutOfMemory { context: format!("realising {} kernels ({e})", specs.len()), requested });

@@ -144,3 +144,25 @@ pub fn rand_t(shape: &[usize], seed: u64, lo: f64, hi: f64, dev: &Device) -> Ten
     let n = shape.iter().product();
     Tensor::from_slice(&data(n, seed, lo, hi), shape, dev)
 }
+
+/// The MiniLM directory (`TESSERA_MINILM_DIR`, or `minilm` under `TESSERA_DATA` or
+/// `~/.cache/tessera`), or None (a skip) when the model was not fetched; with
+/// `TESSERA_REQUIRE_MODEL=1` a missing model fails instead.
+pub fn model_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("TESSERA_MINILM_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::var_os("TESSERA_DATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera")
+        });
+        base.join("minilm")
+    });
+    if dir.join("model.safetensors").exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("TESSERA_REQUIRE_MODEL").map_or(true, |v| v != "1"),
+        "TESSERA_REQUIRE_MODEL=1 but {} has no model (run scripts/fetch_minilm.sh)",
+        dir.display()
+    );
+    eprintln!("skipping: no MiniLM in {} (run scripts/fetch_minilm.sh)", dir.display());
+    None
+}

@@ -37,9 +37,13 @@ impl Embedder {
     /// `progress` from 0 to 1. The warm-up compiles the kernels on a short sentence.
     #[wasm_bindgen(unchecked_return_type = "Promise<Embedder>")]
     pub async fn load(
-        #[wasm_bindgen(unchecked_param_type = "{ model: ArrayBuffer | Uint8Array, tokenizer: ArrayBuffer | Uint8Array | string, config: ArrayBuffer | Uint8Array | string }")]
+        #[wasm_bindgen(
+            unchecked_param_type = "{ model: ArrayBuffer | Uint8Array, tokenizer: ArrayBuffer | Uint8Array | string, config: ArrayBuffer | Uint8Array | string }"
+        )]
         files: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "{ dtype?: DType, onProgress?: (p: { stage: string, progress: number }) => void } | undefined")]
+        #[wasm_bindgen(
+            unchecked_param_type = "{ dtype?: DType, onProgress?: (p: { stage: string, progress: number }) => void } | undefined"
+        )]
         options: JsValue,
     ) -> Result<Embedder, JsError> {
         let cb = js::get(&options, "onProgress").dyn_into::<js_sys::Function>().ok();
@@ -84,7 +88,10 @@ impl Embedder {
 
     /// Unit-length embeddings of `texts`, one `Float32Array` each, computed as one batch.
     #[wasm_bindgen(unchecked_return_type = "Promise<Float32Array[]>")]
-    pub fn embed(&self, #[wasm_bindgen(unchecked_param_type = "string[]")] texts: JsValue) -> Result<js_sys::Promise, JsError> {
+    pub fn embed(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] texts: JsValue,
+    ) -> Result<js_sys::Promise, JsError> {
         let texts = js::strings(&texts, "texts")?;
         let inner = self.inner.clone();
         Ok(wasm_bindgen_futures::future_to_promise(async move {

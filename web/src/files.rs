@@ -6,7 +6,7 @@ use crate::{device, js, js_err};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use std::collections::BTreeMap;
 use tessera::io::gguf::Value;
-use tessera::{Tensor, io};
+use tessera::{io, Tensor};
 use wasm_bindgen::prelude::*;
 
 fn tensors_object(tensors: BTreeMap<String, Tensor>) -> Result<JsValue, JsError> {
@@ -56,7 +56,9 @@ fn gguf_value(v: &Value) -> JsValue {
 /// F32, F16, Q8_0 and Q4_0 tensors load; Q8_0/Q4_0 stay in their blocks on the GPU
 /// (matmuls dequantise as they load). 64-bit metadata integers are `BigInt`s.
 #[wasm_bindgen(js_name = loadGguf, unchecked_return_type = "{ version: number, metadata: Record<string, unknown>, tensors: Record<string, Tensor> }")]
-pub fn load_gguf(#[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue) -> Result<JsValue, JsError> {
+pub fn load_gguf(
+    #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue,
+) -> Result<JsValue, JsError> {
     let data = js::bytes(&bytes, "bytes")?;
     let file = io::gguf::parse(&data).map_err(js_err)?;
     let tensors = file.to_tensors(&device()?).map_err(js_err)?;
@@ -110,7 +112,9 @@ pub struct Mnist {
 #[wasm_bindgen]
 impl Mnist {
     /// Parse the bytes of a TMNIST01 file.
-    pub fn parse(#[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue) -> Result<Mnist, JsError> {
+    pub fn parse(
+        #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue,
+    ) -> Result<Mnist, JsError> {
         let data = js::bytes(&bytes, "bytes")?;
         Ok(Mnist { inner: io::mnist::Mnist::parse(&data).map_err(js_err)? })
     }
@@ -123,7 +127,10 @@ impl Mnist {
 
     /// Digits `indices` as `{ x: Tensor [n, 784] f32 in [0, 1], y: Tensor [n] i32 }`.
     #[wasm_bindgen(unchecked_return_type = "{ x: Tensor, y: Tensor }")]
-    pub fn batch(&self, #[wasm_bindgen(unchecked_param_type = "ArrayLike<number>")] indices: JsValue) -> Result<JsValue, JsError> {
+    pub fn batch(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ArrayLike<number>")] indices: JsValue,
+    ) -> Result<JsValue, JsError> {
         let idx = js::usizes(&indices, "indices")?;
         if let Some(&bad) = idx.iter().find(|&&i| i >= self.inner.len()) {
             return Err(JsError::new(&format!("index {bad} is out of range: there are {} digits", self.inner.len())));

@@ -96,11 +96,7 @@ pub fn numbers(value: &JsValue, what: &str) -> Result<Vec<f64>, JsError> {
     }
     let arr = Array::from(value);
     (0..arr.length())
-        .map(|i| {
-            arr.get(i)
-                .as_f64()
-                .ok_or_else(|| JsError::new(&format!("{what}[{i}] is not a number")))
-        })
+        .map(|i| arr.get(i).as_f64().ok_or_else(|| JsError::new(&format!("{what}[{i}] is not a number"))))
         .collect()
 }
 

@@ -67,7 +67,9 @@ impl Tessera {
     /// subgroups) even where the adapter has the feature. Calling it again (for example
     /// after the device was lost) opens a fresh device.
     #[wasm_bindgen(unchecked_return_type = "Promise<Tessera>")]
-    pub async fn init(#[wasm_bindgen(unchecked_param_type = "InitOptions | undefined")] options: JsValue) -> Result<Tessera, JsError> {
+    pub async fn init(
+        #[wasm_bindgen(unchecked_param_type = "InitOptions | undefined")] options: JsValue,
+    ) -> Result<Tessera, JsError> {
         let gpu = js::get(&js::get(&js_sys::global().into(), "navigator"), "gpu");
         if gpu.is_undefined() || gpu.is_null() {
             return Err(JsError::new(NO_WEBGPU));

@@ -62,9 +62,7 @@ impl JsTensor {
     }
 
     fn by_id(id: u32) -> Result<Tensor, JsError> {
-        TENSORS
-            .with(|m| m.borrow().get(&id).cloned())
-            .ok_or_else(|| JsError::new("this Tensor was disposed"))
+        TENSORS.with(|m| m.borrow().get(&id).cloned()).ok_or_else(|| JsError::new("this Tensor was disposed"))
     }
 
     /// Tensors from a JavaScript array of `Tensor` objects (borrowed, not taken).
@@ -125,7 +123,12 @@ impl JsTensor {
         }
         let len = js::get_f64(&data, "length").unwrap_or(0.0) as usize;
         let shape = if shape.is_undefined() || shape.is_null() { vec![len] } else { js::usizes(&shape, "shape")? };
-        let t = match (dtype, data.dyn_ref::<Float32Array>(), data.dyn_ref::<Int32Array>(), data.dyn_ref::<Uint32Array>()) {
+        let t = match (
+            dtype,
+            data.dyn_ref::<Float32Array>(),
+            data.dyn_ref::<Int32Array>(),
+            data.dyn_ref::<Uint32Array>(),
+        ) {
             (DType::F32, Some(a), _, _) => Tensor::from_slice(&a.to_vec(), shape, &dev),
             (DType::I32, _, Some(a), _) => Tensor::from_slice(&a.to_vec(), shape, &dev),
             (DType::U32, _, _, Some(a)) => Tensor::from_slice(&a.to_vec(), shape, &dev),
@@ -273,7 +276,10 @@ impl JsTensor {
 
     /// Quantise to `q8_0` or `q4_0` (GGUF's blocks; the last axis a multiple of 32).
     #[wasm_bindgen(unchecked_return_type = "Promise<Tensor>")]
-    pub fn quantize(&self, #[wasm_bindgen(unchecked_param_type = "DType")] dtype: String) -> Result<js_sys::Promise, JsError> {
+    pub fn quantize(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "DType")] dtype: String,
+    ) -> Result<js_sys::Promise, JsError> {
         let t = self.tensor()?;
         let dtype = parse_dtype(&dtype)?;
         Ok(wasm_bindgen_futures::future_to_promise(async move {
@@ -300,7 +306,10 @@ impl JsTensor {
     }
 
     /// The same elements in a new shape (one axis may be -1).
-    pub fn reshape(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue) -> Result<JsTensor, JsError> {
+    pub fn reshape(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+    ) -> Result<JsTensor, JsError> {
         let t = self.tensor()?;
         let dims = js::isizes(&shape, "shape")?;
         let known: usize = dims.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
@@ -308,13 +317,16 @@ impl JsTensor {
         if dims.iter().any(|&d| d < -1) || inferred > 1 {
             return Err(JsError::new(&format!("reshape: bad shape {dims:?} (one -1 at most, others >= 0)")));
         }
-        let fill = if known == 0 { 0 } else { t.numel() / known };
+        let fill = t.numel().checked_div(known).unwrap_or(0);
         let shape: Vec<usize> = dims.iter().map(|&d| if d == -1 { fill } else { d as usize }).collect();
         JsTensor::wrap(t.reshape(shape))
     }
 
     /// Reorder the axes.
-    pub fn permute(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] perm: JsValue) -> Result<JsTensor, JsError> {
+    pub fn permute(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] perm: JsValue,
+    ) -> Result<JsTensor, JsError> {
         let p = js::usizes(&perm, "perm")?;
         self.map(|t| t.permute(&p))
     }
@@ -331,7 +343,10 @@ impl JsTensor {
 
     /// Broadcast to a shape.
     #[wasm_bindgen(js_name = broadcastTo)]
-    pub fn broadcast_to(&self, #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue) -> Result<JsTensor, JsError> {
+    pub fn broadcast_to(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+    ) -> Result<JsTensor, JsError> {
         let s = js::usizes(&shape, "shape")?;
         self.map(|t| t.broadcast_to(s))
     }

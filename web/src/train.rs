@@ -93,17 +93,24 @@ impl Model {
     /// `labels`, backward, the optimiser's update, all in one GPU submit. Resolves to the
     /// loss before the update.
     #[wasm_bindgen(js_name = trainStep, unchecked_return_type = "Promise<number>")]
-    pub fn train_step(&self, optimizer: &Optimizer, x: &JsTensor, labels: &JsTensor) -> Result<js_sys::Promise, JsError> {
+    pub fn train_step(
+        &self,
+        optimizer: &Optimizer,
+        x: &JsTensor,
+        labels: &JsTensor,
+    ) -> Result<js_sys::Promise, JsError> {
         let (model, opt) = (self.inner.clone(), optimizer.inner.clone());
         let (x, y) = (x.tensor()?, labels.tensor()?);
+        // The model and optimiser stay borrowed across the step's await, on purpose:
+        // every other use takes them with try_borrow and reports "busy" instead.
+        #[allow(clippy::await_holding_refcell_ref)]
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let mut m = model.try_borrow_mut().map_err(|_| JsError::new(BUSY))?;
             let mut o = opt.try_borrow_mut().map_err(|_| JsError::new("the optimiser is in use by another step"))?;
             let logits = m.forward(&x);
             let loss = loss::cross_entropy(&logits, &y);
-            let r = tessera::optim::step(&mut *m, &mut **o, &loss, &[], StepOptions::default())
-                .await
-                .map_err(js_err)?;
+            let r =
+                tessera::optim::step(&mut *m, &mut **o, &loss, &[], StepOptions::default()).await.map_err(js_err)?;
             let value = r.values.first().and_then(|v| v.first()).copied().unwrap_or(f64::NAN);
             Ok(JsValue::from_f64(value))
         }))
@@ -120,7 +127,10 @@ impl Model {
     }
 
     /// Load parameters saved by `save()` (names and shapes must match).
-    pub fn load(&self, #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue) -> Result<(), JsError> {
+    pub fn load(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ArrayBuffer | Uint8Array")] bytes: JsValue,
+    ) -> Result<(), JsError> {
         let data = js::bytes(&bytes, "bytes")?;
         let file = tessera::io::safetensors::load_bytes(&data, &device()?).map_err(js_err)?;
         let state = file.tensors.into_iter().collect();
@@ -143,7 +153,9 @@ impl Optimizer {
     /// SGD. Options: `momentum`, `nesterov`, `weightDecay`.
     pub fn sgd(
         lr: f64,
-        #[wasm_bindgen(unchecked_param_type = "{ momentum?: number, nesterov?: boolean, weightDecay?: number } | undefined")]
+        #[wasm_bindgen(
+            unchecked_param_type = "{ momentum?: number, nesterov?: boolean, weightDecay?: number } | undefined"
+        )]
         options: JsValue,
     ) -> Optimizer {
         let mut s = Sgd::new(lr);
