@@ -73,8 +73,8 @@ rm -f "$out/.gitignore"
 raw=$(stat -c %s "$wasm")
 gz=$(gzip -9c "$wasm" | wc -c)
 log "$wasm: $raw bytes raw, $gz gzipped (budget: 2,500,000 raw)"
-log "what dominates it (code bytes by crate, after wasm-opt):"
-python3 web/wasm_size.py "$bindgen_input" 10 | sed 's/^/[build_web]   /'
+log "what dominates it (code bytes by crate in the cargo output, before wasm-opt):"
+python3 web/wasm_size.py "$built" 10 | sed 's/^/[build_web]   /'
 if [ "$raw" -gt 2500000 ]; then
   if [ "$bindgen_input" = "$built" ]; then
     log "over the 2.5 MB budget without wasm-opt: install binaryen"

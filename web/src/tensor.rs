@@ -432,11 +432,11 @@ impl JsTensor {
 }
 
 macro_rules! reductions {
-    ($($(#[$doc:meta])* $name:ident;)*) => {
+    ($($(#[doc = $doc:literal])* $name:ident;)*) => {
         #[wasm_bindgen(js_class = Tensor)]
         impl JsTensor {
             $(
-                $(#[$doc])*
+                $(#[doc = $doc])*
                 /// `axes`: a number, an array, or undefined for all axes.
                 pub fn $name(
                     &self,
@@ -469,11 +469,11 @@ reductions! {
 }
 
 macro_rules! unary {
-    ($($(#[$doc:meta])* $js:ident => $name:ident;)*) => {
+    ($($(#[doc = $doc:literal])* $js:ident => $name:ident;)*) => {
         #[wasm_bindgen(js_class = Tensor)]
         impl JsTensor {
             $(
-                $(#[$doc])*
+                $(#[doc = $doc])*
                 #[wasm_bindgen(js_name = $js)]
                 pub fn $name(&self) -> Result<JsTensor, JsError> {
                     self.map(|t| t.$name())
@@ -521,11 +521,11 @@ unary! {
 }
 
 macro_rules! binary {
-    ($($(#[$doc:meta])* $js:ident, $js_scalar:ident => $name:ident, $scalar:ident;)*) => {
+    ($($(#[doc = $doc:literal])* $js:ident, $js_scalar:ident => $name:ident, $scalar:ident;)*) => {
         #[wasm_bindgen(js_class = Tensor)]
         impl JsTensor {
             $(
-                $(#[$doc])*
+                $(#[doc = $doc])*
                 /// Broadcasts like numpy.
                 #[wasm_bindgen(js_name = $js)]
                 pub fn $name(&self, other: &JsTensor) -> Result<JsTensor, JsError> {
@@ -533,7 +533,7 @@ macro_rules! binary {
                     self.map(|t| t.$name(&o))
                 }
 
-                $(#[$doc])*
+                $(#[doc = $doc])*
                 /// With a number.
                 #[wasm_bindgen(js_name = $js_scalar)]
                 pub fn $scalar(&self, value: f64) -> Result<JsTensor, JsError> {
