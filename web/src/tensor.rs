@@ -431,13 +431,16 @@ impl JsTensor {
     }
 }
 
+// The docs of the macro-made methods are written as #[doc = "..."]: inside a macro
+// invocation `///` becomes a raw string, which wasm-bindgen would copy into the .d.ts
+// with its `r"` prefix.
 macro_rules! reductions {
     ($($(#[doc = $doc:literal])* $name:ident;)*) => {
         #[wasm_bindgen(js_class = Tensor)]
         impl JsTensor {
             $(
                 $(#[doc = $doc])*
-                /// `axes`: a number, an array, or undefined for all axes.
+                #[doc = "`axes`: a number, an array, or undefined for all axes."]
                 pub fn $name(
                     &self,
                     #[wasm_bindgen(unchecked_param_type = "number | number[] | undefined")] axes: JsValue,
@@ -452,19 +455,19 @@ macro_rules! reductions {
 }
 
 reductions! {
-    /// Sum over axes.
+    #[doc = "Sum over axes."]
     sum;
-    /// Mean over axes.
+    #[doc = "Mean over axes."]
     mean;
-    /// Maximum over axes.
+    #[doc = "Maximum over axes."]
     max;
-    /// Minimum over axes.
+    #[doc = "Minimum over axes."]
     min;
-    /// Index of the maximum over axes (i32).
+    #[doc = "Index of the maximum over axes (i32)."]
     argmax;
-    /// Index of the minimum over axes (i32).
+    #[doc = "Index of the minimum over axes (i32)."]
     argmin;
-    /// Population variance over axes.
+    #[doc = "Population variance over axes."]
     var;
 }
 
@@ -484,39 +487,39 @@ macro_rules! unary {
 }
 
 unary! {
-    /// `-x`.
+    #[doc = "`-x`."]
     neg => neg;
-    /// `|x|`.
+    #[doc = "`|x|`."]
     abs => abs;
-    /// `e^x`.
+    #[doc = "`e^x`."]
     exp => exp;
-    /// Natural log.
+    #[doc = "Natural log."]
     log => log;
-    /// Square root.
+    #[doc = "Square root."]
     sqrt => sqrt;
-    /// `1 / sqrt(x)`.
+    #[doc = "`1 / sqrt(x)`."]
     rsqrt => rsqrt;
-    /// Sine.
+    #[doc = "Sine."]
     sin => sin;
-    /// Cosine.
+    #[doc = "Cosine."]
     cos => cos;
-    /// Hyperbolic tangent.
+    #[doc = "Hyperbolic tangent."]
     tanh => tanh;
-    /// Logistic sigmoid.
+    #[doc = "Logistic sigmoid."]
     sigmoid => sigmoid;
-    /// `max(x, 0)`.
+    #[doc = "`max(x, 0)`."]
     relu => relu;
-    /// GELU (erf form).
+    #[doc = "GELU (erf form)."]
     gelu => gelu;
-    /// GELU (tanh approximation).
+    #[doc = "GELU (tanh approximation)."]
     geluTanh => gelu_tanh;
-    /// `x * sigmoid(x)`.
+    #[doc = "`x * sigmoid(x)`."]
     silu => silu;
-    /// `x * x`.
+    #[doc = "`x * x`."]
     square => square;
-    /// Round down.
+    #[doc = "Round down."]
     floor => floor;
-    /// Round up.
+    #[doc = "Round up."]
     ceil => ceil;
 }
 
@@ -526,7 +529,7 @@ macro_rules! binary {
         impl JsTensor {
             $(
                 $(#[doc = $doc])*
-                /// Broadcasts like numpy.
+                #[doc = "Broadcasts like numpy."]
                 #[wasm_bindgen(js_name = $js)]
                 pub fn $name(&self, other: &JsTensor) -> Result<JsTensor, JsError> {
                     let o = other.tensor()?;
@@ -534,7 +537,7 @@ macro_rules! binary {
                 }
 
                 $(#[doc = $doc])*
-                /// With a number.
+                #[doc = "With a number."]
                 #[wasm_bindgen(js_name = $js_scalar)]
                 pub fn $scalar(&self, value: f64) -> Result<JsTensor, JsError> {
                     self.map(|t| t.$scalar(value))
@@ -545,31 +548,31 @@ macro_rules! binary {
 }
 
 binary! {
-    /// Element-wise sum.
+    #[doc = "Element-wise sum."]
     add, addScalar => add, add_scalar;
-    /// Element-wise difference.
+    #[doc = "Element-wise difference."]
     sub, subScalar => sub, sub_scalar;
-    /// Element-wise product.
+    #[doc = "Element-wise product."]
     mul, mulScalar => mul, mul_scalar;
-    /// Element-wise quotient.
+    #[doc = "Element-wise quotient."]
     div, divScalar => div, div_scalar;
-    /// Element-wise maximum.
+    #[doc = "Element-wise maximum."]
     maximum, maximumScalar => maximum, maximum_scalar;
-    /// Element-wise minimum.
+    #[doc = "Element-wise minimum."]
     minimum, minimumScalar => minimum, minimum_scalar;
-    /// Element-wise power.
+    #[doc = "Element-wise power."]
     pow, powScalar => pow, pow_scalar;
-    /// Equality mask (bool).
+    #[doc = "Equality mask (bool)."]
     eq, eqScalar => eq, eq_scalar;
-    /// Inequality mask (bool).
+    #[doc = "Inequality mask (bool)."]
     ne, neScalar => ne, ne_scalar;
-    /// `x < y` mask (bool).
+    #[doc = "`x < y` mask (bool)."]
     lt, ltScalar => lt, lt_scalar;
-    /// `x <= y` mask (bool).
+    #[doc = "`x <= y` mask (bool)."]
     le, leScalar => le, le_scalar;
-    /// `x > y` mask (bool).
+    #[doc = "`x > y` mask (bool)."]
     gt, gtScalar => gt, gt_scalar;
-    /// `x >= y` mask (bool).
+    #[doc = "`x >= y` mask (bool)."]
     ge, geScalar => ge, ge_scalar;
 }
 
