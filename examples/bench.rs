@@ -276,7 +276,17 @@ impl Trainer {
     }
 }
 
-fn main() -> tessera::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> tessera::Result<()> {
     let started = Instant::now();
     let args = Args::parse();
     if let Some(kind) = &args.cold_train {

@@ -22,6 +22,9 @@ cargo test --lib --tests --examples
 cargo build --benches
 cargo test --doc
 
+echo "== no adapter: every example prints what to install"
+bash scripts/check_no_adapter.sh
+
 echo "== info example (every adapter must PASS)"
 cargo run --example info
 

@@ -37,9 +37,13 @@ pub enum Error {
     /// The device was lost; tensors on it can no longer be read.
     #[error("device lost: {0}")]
     DeviceLost(String),
-    /// An allocation failed.
-    #[error("out of memory: {context} requested {requested} bytes")]
-    OutOfMemory { context: String, requested: u64 },
+    /// An allocation failed: the bytes asked for and, where known (a memory budget is
+    /// set), the bytes still available. Tensors already on the device are untouched.
+    #[error("out of memory: {context} requested {requested} bytes{}", match available {
+        Some(a) => format!(", {a} bytes available"),
+        None => String::new(),
+    })]
+    OutOfMemory { context: String, requested: u64, available: Option<u64> },
     /// A tensor or dispatch exceeds a device limit.
     #[error("{what} needs {needed}, over the device limit of {limit}")]
     Limit { what: String, needed: u64, limit: u64 },

@@ -129,6 +129,16 @@ fn quant_bytes(dtype: DType) -> usize {
     block_bytes(dtype) - 2
 }
 
+/// The first block of GGUF `blocks` whose f16 scale is NaN or infinite: such a block
+/// cannot come from quantising finite values, so a file holding one is corrupt.
+pub fn first_bad_scale(dtype: DType, blocks: &[u8]) -> Option<usize> {
+    let bb = block_bytes(dtype);
+    if bb == 0 {
+        return None;
+    }
+    blocks.chunks_exact(bb).position(|b| !half::f16::from_le_bytes([b[0], b[1]]).is_finite())
+}
+
 /// Bytes of GGUF blocks for `numel` values (a multiple of 32).
 pub fn gguf_bytes(dtype: DType, numel: usize) -> usize {
     numel / BLOCK * block_bytes(dtype)

@@ -39,6 +39,9 @@ pub(crate) struct GpuContext {
     pub plans: crate::graph::plan::PlanCache,
     pub lost: Arc<Mutex<Option<String>>>,
     pub uncaptured: Arc<Mutex<Vec<String>>>,
+    /// Test hook (`DeviceOptions::invalid_kernel_for_testing`): kernels whose label
+    /// contains this get invalid WGSL, to exercise the compile-error path.
+    pub invalid_kernel: Option<String>,
     /// Whether this device must be used under [`GL_LOCK`].
     serial: bool,
 }
@@ -205,6 +208,8 @@ impl GpuContext {
             .await
             .map_err(|e| Error::NoAdapter(format!("{} ({:?}) refused a device: {e}", info.name, info.backend)))?;
         let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
+        ctx.pool.set_limit(options.memory_limit.or(env.memory_limit));
+        ctx.invalid_kernel = options.invalid_kernel_for_testing.clone();
         ctx.serial = info.backend == wgpu::Backend::Gl;
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
@@ -272,6 +277,7 @@ impl GpuContext {
             plans: Default::default(),
             lost,
             uncaptured,
+            invalid_kernel: None,
             serial: false,
             device,
             queue,
@@ -302,22 +308,40 @@ impl GpuContext {
     }
 
     /// A storage buffer holding `bytes` (a multiple of 4).
-    pub fn upload(&self, bytes: &[u8]) -> GpuStorage {
+    pub fn upload(&self, bytes: &[u8]) -> Result<GpuStorage> {
         let _serial = self.exclusive();
-        let buffer = self.pool.get(&self.device, bytes.len() as u64, STORAGE);
+        let buffer = self.pool.get(&self.device, bytes.len() as u64, STORAGE)?;
         if !bytes.is_empty() {
             self.queue.write_buffer(buffer.buffer(), 0, bytes);
         }
-        GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() }
+        Ok(GpuStorage { buffer: Arc::new(buffer), checks: Vec::new() })
     }
 
     /// The compiled pipeline for `source`, from the cache or compiled now. `trusted`
     /// kernels are compiled without runtime bounds checks.
-    pub fn pipeline(&self, label: &str, source: &str, trusted: bool) -> Arc<wgpu::ComputePipeline> {
+    ///
+    /// A newly compiled pipeline comes with the validation error scope that watched its
+    /// compilation (`None` on a cache hit): the caller pops it at once and awaits the
+    /// result later, so a kernel that does not compile is reported by name.
+    pub fn pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        trusted: bool,
+    ) -> (Arc<wgpu::ComputePipeline>, Option<wgpu::ErrorScopeGuard>) {
         if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
             self.counters.add(Counter::PipelineHits, 1);
-            return p;
+            return (p, None);
         }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let broken;
+        let source = match &self.invalid_kernel {
+            Some(hook) if label.contains(hook.as_str()) => {
+                broken = format!("{source}\nfn tessera_invalid_for_testing() {{ let x: u32 = 1.5; }}\n");
+                broken.as_str()
+            }
+            _ => source,
+        };
         if let Some(dir) = std::env::var_os("TESSERA_DUMP_SHADERS") {
             // Debugging aid: every compiled kernel's WGSL, named by its label.
             let name: String =
@@ -345,7 +369,22 @@ impl GpuContext {
         if let Ok(mut c) = self.pipelines.lock() {
             c.insert(source.to_string(), p.clone());
         }
-        p
+        (p, Some(scope))
+    }
+
+    /// Forget a cached pipeline (one that failed to compile).
+    pub fn evict_pipeline(&self, source: &str) {
+        if let Ok(mut c) = self.pipelines.lock() {
+            c.remove(source);
+        }
+    }
+
+    /// Destroy the wgpu device, as a driver reset would (test hook).
+    pub fn destroy(&self) {
+        if let Ok(mut l) = self.lost.lock() {
+            l.get_or_insert_with(|| "Destroyed: the device was destroyed (Device::lose_for_testing)".into());
+        }
+        self.device.destroy();
     }
 
     /// Map `buffers` for reading and return their bytes (first `len` bytes of each).

@@ -88,6 +88,28 @@ pub struct DeviceOptions {
     /// one. [`DeviceOptions::from_env`] sets the default cache unless
     /// `TESSERA_AUTOTUNE=0`; `Default` reads no cache.
     pub autotune_cache: Option<std::path::PathBuf>,
+    /// A memory budget in bytes for this device's buffers: past it, allocations fail
+    /// with `Error::OutOfMemory` (requested and available bytes) and tensors already on
+    /// the device stay intact. Defaults to `TESSERA_MEMORY_LIMIT` (bytes, or with a
+    /// K/M/G suffix); `None` leaves the limit to the driver.
+    pub memory_limit: Option<u64>,
+    /// Test hook: kernels whose label contains this string are compiled from invalid
+    /// WGSL, so tests can check that a kernel that fails to compile is reported as
+    /// `Error::Gpu` naming it, and that the device stays usable.
+    #[doc(hidden)]
+    pub invalid_kernel_for_testing: Option<String>,
+}
+
+/// Parse `123`, `64K`, `512M` or `2G` (powers of 1024).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (num, mul) = match t.char_indices().last()? {
+        (i, 'k' | 'K') => (&t[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&t[..i], 1 << 20),
+        (i, 'g' | 'G') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
 }
 
 impl DeviceOptions {
@@ -112,6 +134,8 @@ impl DeviceOptions {
             tiled_matmul: None,
             matmul: None,
             autotune_cache: if env("TESSERA_AUTOTUNE").as_deref() == Some("0") { None } else { autotune::cache_path() },
+            memory_limit: env("TESSERA_MEMORY_LIMIT").as_deref().and_then(parse_bytes),
+            invalid_kernel_for_testing: None,
         }
     }
 }
@@ -128,6 +152,9 @@ pub(crate) struct DeviceInner {
     pub info: DeviceInfo,
     pub backend: Backend,
     pub counters: Arc<Counters>,
+    /// How the device was opened (`None` for `from_wgpu` and the CPU backends), so
+    /// [`Device::recover`] can open its replacement.
+    pub options: Option<DeviceOptions>,
 }
 
 impl Drop for DeviceInner {
@@ -167,7 +194,46 @@ impl Device {
     /// Open a device; the async form works on every target.
     pub async fn new_async(options: DeviceOptions) -> Result<Device> {
         let ctx = gpu::GpuContext::open(&options).await?;
-        Ok(Device::from_context(ctx))
+        Ok(Device::from_context(ctx, Some(options)))
+    }
+
+    /// A fresh device to replace this one after it was lost: the same adapter and
+    /// options, new buffers, empty caches. Tensors stay with the device they were made
+    /// on; bring a model across by loading its last checkpoint on the new device
+    /// (`io::checkpoint::load`), or re-creating it from host data. The CPU backend
+    /// returns itself; a device from [`Device::from_wgpu`] cannot be re-created here.
+    pub async fn recover_async(&self) -> Result<Device> {
+        match (&self.0.backend, &self.0.options) {
+            (Backend::Cpu { .. }, _) => Ok(self.clone()),
+            (_, Some(options)) => Device::new_async(options.clone()).await,
+            (_, None) => Err(Error::Unsupported(
+                "Device::recover: this device came from Device::from_wgpu; create a new wgpu device and wrap it".into(),
+            )),
+        }
+    }
+
+    /// [`Device::recover_async`], blocking (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn recover(&self) -> Result<Device> {
+        pollster::block_on(self.recover_async())
+    }
+
+    /// Whether the device was lost (a driver reset, `wgpu::Device::destroy`): every
+    /// realisation on it now fails with `Error::DeviceLost`.
+    pub fn is_lost(&self) -> bool {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.check_alive().is_err(),
+            Backend::Cpu { .. } => false,
+        }
+    }
+
+    /// Test hook: destroy the wgpu device as a driver reset would. Reads in flight
+    /// and every later realisation fail with `Error::DeviceLost`.
+    #[doc(hidden)]
+    pub fn lose_for_testing(&self) {
+        if let Backend::Gpu(g) = &self.0.backend {
+            g.destroy();
+        }
     }
 
     /// Every adapter wgpu offers, best first (native only; blocks).
@@ -184,7 +250,7 @@ impl Device {
     /// Wrap an application's own wgpu device and queue, so a renderer and Tessera share
     /// one GPU. Features the device was created with decide the kernel variants.
     pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Device {
-        Device::from_context(gpu::GpuContext::from_wgpu(device, queue, false))
+        Device::from_context(gpu::GpuContext::from_wgpu(device, queue, false), None)
     }
 
     /// The CPU reference backend: every op computed in f64 by `src/reference/` and
@@ -250,12 +316,14 @@ impl Device {
             },
             backend: Backend::Cpu { exact },
             counters: Arc::new(Counters::default()),
+            options: None,
         }))
     }
 
-    fn from_context(ctx: gpu::GpuContext) -> Device {
+    fn from_context(ctx: gpu::GpuContext, options: Option<DeviceOptions>) -> Device {
         let counters = ctx.counters.clone();
-        Device(Arc::new(DeviceInner { info: ctx.info.clone(), backend: Backend::Gpu(Box::new(ctx)), counters }))
+        let info = ctx.info.clone();
+        Device(Arc::new(DeviceInner { info, backend: Backend::Gpu(Box::new(ctx)), counters, options }))
     }
 
     /// Adapter, backend and capabilities.
@@ -337,7 +405,10 @@ impl Device {
             return Tensor::failed(e, dtype, self);
         }
         let storage = match &self.0.backend {
-            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::dtype::encode(dtype, &values)))),
+            Backend::Gpu(g) => match g.upload(&crate::dtype::encode(dtype, &values)) {
+                Ok(s) => Storage::Gpu(Arc::new(s)),
+                Err(e) => return Tensor::failed(e, dtype, self),
+            },
             Backend::Cpu { .. } => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)
@@ -346,7 +417,10 @@ impl Device {
     /// Put GGUF blocks of `dtype` (Q8_0 or Q4_0) on this device, exactly.
     pub(crate) fn upload_quantized(&self, blocks: &[u8], shape: Shape, dtype: DType) -> Tensor {
         let storage = match &self.0.backend {
-            Backend::Gpu(g) => Storage::Gpu(Arc::new(g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)))),
+            Backend::Gpu(g) => match g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)) {
+                Ok(s) => Storage::Gpu(Arc::new(s)),
+                Err(e) => return Tensor::failed(e, dtype, self),
+            },
             Backend::Cpu { .. } => {
                 let values = crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect();
                 Storage::HostQuantized(Arc::new(values), Arc::new(blocks.to_vec()))
@@ -361,7 +435,8 @@ impl Device {
             (Backend::Gpu(g), Some(Storage::Gpu(s))) => {
                 let bytes = crate::graph::execute::storage_bytes(t);
                 let _serial = g.exclusive();
-                let staging = g.pool.get(&g.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+                let staging =
+                    g.pool.get(&g.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
                 let mut enc = g.device.create_command_encoder(&Default::default());
                 enc.copy_buffer_to_buffer(s.buffer.buffer(), 0, staging.buffer(), 0, bytes);
                 g.queue.submit(Some(enc.finish()));

@@ -1,7 +1,9 @@
 //! The buffer pool: device buffers in size classes, reused once their holder drops them.
 
 use crate::stats::Counters;
+use crate::{Error, Result};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Round a byte size up to its pool class: powers of two and 1.5× powers of two, at
@@ -20,6 +22,11 @@ pub fn size_class(bytes: u64) -> u64 {
 pub(crate) struct PoolInner {
     free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     pub(crate) counters: Arc<Counters>,
+    /// Bytes of device buffers this pool holds (in use and free).
+    held: AtomicU64,
+    /// The memory budget (`DeviceOptions::memory_limit`): buffers beyond it are refused
+    /// with `Error::OutOfMemory` instead of being created. 0 means none.
+    limit: AtomicU64,
 }
 
 /// A pooled buffer; dropping it returns the buffer to its pool.
@@ -53,39 +60,80 @@ pub(crate) struct BufferPool(pub Arc<PoolInner>);
 
 impl BufferPool {
     pub fn new(counters: Arc<Counters>) -> Self {
-        BufferPool(Arc::new(PoolInner { free: Mutex::new(HashMap::new()), counters }))
+        BufferPool(Arc::new(PoolInner {
+            free: Mutex::new(HashMap::new()),
+            counters,
+            held: AtomicU64::new(0),
+            limit: AtomicU64::new(0),
+        }))
     }
 
-    /// A buffer of at least `bytes`, from the free list or newly created.
-    pub fn get(&self, device: &wgpu::Device, bytes: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
+    /// Set (or with `None` clear) the memory budget.
+    pub fn set_limit(&self, bytes: Option<u64>) {
+        self.0.limit.store(bytes.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Bytes of buffers held, in use or free.
+    pub fn held(&self) -> u64 {
+        self.0.held.load(Ordering::Relaxed)
+    }
+
+    /// A buffer of at least `bytes`, from the free list or newly created. Over the
+    /// memory budget, free buffers are released first; if that is not enough the
+    /// result is `Error::OutOfMemory` with the bytes requested and available.
+    pub fn get(&self, device: &wgpu::Device, bytes: u64, usage: wgpu::BufferUsages) -> Result<PooledBuffer> {
         let class = size_class(bytes);
         let reused = self.0.free.lock().ok().and_then(|mut f| f.get_mut(&(usage.bits(), class)).and_then(|v| v.pop()));
-        let buffer = reused.unwrap_or_else(|| {
-            self.0.counters.add(crate::stats::Counter::Buffers, 1);
-            self.0.counters.allocated(class as i64);
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("tessera"),
-                size: class,
-                usage,
-                mapped_at_creation: false,
-            })
-        });
+        let buffer = match reused {
+            Some(b) => b,
+            None => {
+                // Readback staging (host-visible, transient) is outside the budget, so
+                // tensors already on the device stay readable when the budget is spent.
+                let limit = self.0.limit.load(Ordering::Relaxed);
+                let budgeted = !usage.contains(wgpu::BufferUsages::MAP_READ);
+                if budgeted && limit > 0 && self.held() + class > limit {
+                    self.trim();
+                    let held = self.held();
+                    if held + class > limit {
+                        return Err(Error::OutOfMemory {
+                            context: format!("a {bytes}-byte buffer over the device's {limit}-byte memory budget:"),
+                            requested: class,
+                            available: Some(limit.saturating_sub(held)),
+                        });
+                    }
+                }
+                self.0.counters.add(crate::stats::Counter::Buffers, 1);
+                self.0.counters.allocated(class as i64);
+                if budgeted {
+                    self.0.held.fetch_add(class, Ordering::Relaxed);
+                }
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tessera"),
+                    size: class,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            }
+        };
         self.0.counters.in_use(class as i64);
-        PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone() }
+        Ok(PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone() })
     }
 
     /// Destroy every free buffer; returns the bytes released.
     pub fn trim(&self) -> u64 {
-        let mut freed = 0;
+        let (mut freed, mut budgeted) = (0, 0);
         if let Ok(mut f) = self.0.free.lock() {
-            for ((_, class), bufs) in f.drain() {
+            for ((usage, class), bufs) in f.drain() {
+                let in_budget = !wgpu::BufferUsages::from_bits_truncate(usage).contains(wgpu::BufferUsages::MAP_READ);
                 for b in bufs {
                     b.destroy();
                     freed += class;
+                    budgeted += if in_budget { class } else { 0 };
                 }
             }
         }
         self.0.counters.allocated(-(freed as i64));
+        self.0.held.fetch_sub(budgeted, Ordering::Relaxed);
         freed
     }
 }

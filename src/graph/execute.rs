@@ -171,11 +171,11 @@ pub(crate) async fn run(
         &ctx.device,
         meta_bytes.len().max(16) as u64,
         wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-    );
+    )?;
     if !meta_bytes.is_empty() {
         ctx.queue.write_buffer(meta_buf.buffer(), 0, &meta_bytes);
     }
-    let status = (n_checks > 0).then(|| ctx.pool.get(&ctx.device, 8 * n_checks as u64, STORAGE));
+    let status = (n_checks > 0).then(|| ctx.pool.get(&ctx.device, 8 * n_checks as u64, STORAGE)).transpose()?;
 
     let mut encoder =
         ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tessera realise") });
@@ -207,6 +207,8 @@ pub(crate) async fn run(
     let mut local_free: Vec<Arc<PooledBuffer>> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
+    // Each newly compiled kernel's own validation scope, popped right after compiling.
+    let mut compile_checks = Vec::new();
 
     let mut buffer_of = |t: &Tensor, produced: &HashMap<u64, Arc<PooledBuffer>>| -> Result<Arc<PooledBuffer>> {
         if let Some(b) = produced.get(&t.id()) {
@@ -232,11 +234,14 @@ pub(crate) async fn run(
         let need = storage_bytes(&s.output);
         let out = match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
             Some(p) => local_free.swap_remove(p),
-            None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)),
+            None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
         if s.workgroups.iter().all(|&w| w > 0) {
-            let pipeline = ctx.pipeline(&s.label, &s.source, s.trusted);
+            let (pipeline, compile_scope) = ctx.pipeline(&s.label, &s.source, s.trusted);
+            if let Some(scope) = compile_scope {
+                compile_checks.push((j, scope.pop()));
+            }
             let layout = pipeline.get_bind_group_layout(0);
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), meta_at[j].0, meta_at[j].1) },
@@ -288,19 +293,22 @@ pub(crate) async fn run(
         for t in &targets[..n_read.min(targets.len())] {
             let src = buffer_of(t, &produced)?;
             let bytes = storage_bytes(t);
-            let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
             encoder.copy_buffer_to_buffer(src.buffer(), 0, st.buffer(), 0, bytes);
             staging.push((st, bytes));
         }
     }
-    let pending = status.as_ref().map(|st| {
-        let sb =
-            ctx.pool.get(&ctx.device, 8 * n_checks as u64, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-        encoder.copy_buffer_to_buffer(st.buffer(), 0, sb.buffer(), 0, 8 * n_checks as u64);
-        Arc::new(PendingCheck { staging: sb, checks: all_checks, result: Mutex::new(None) })
-    });
+    let pending = match status.as_ref() {
+        Some(st) => {
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let sb = ctx.pool.get(&ctx.device, 8 * n_checks as u64, usage)?;
+            encoder.copy_buffer_to_buffer(st.buffer(), 0, sb.buffer(), 0, 8 * n_checks as u64);
+            Some(Arc::new(PendingCheck { staging: sb, checks: all_checks, result: Mutex::new(None) }))
+        }
+        None => None,
+    };
 
-    let profile_read = queries.as_ref().map(|q| {
+    let profile_read = queries.as_ref().and_then(|q| {
         let bytes = 8 * n_queries as u64;
         let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tessera profile resolve"),
@@ -309,9 +317,10 @@ pub(crate) async fn run(
             mapped_at_creation: false,
         });
         encoder.resolve_query_set(q, 0..n_queries, &resolve, 0);
-        let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        // Profiling is best effort: over a memory budget it skips this realisation.
+        let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).ok()?;
         encoder.copy_buffer_to_buffer(&resolve, 0, st.buffer(), 0, bytes);
-        (st, bytes)
+        Some((st, bytes))
     });
 
     ctx.queue.submit(Some(encoder.finish()));
@@ -326,15 +335,26 @@ pub(crate) async fn run(
     let (v_pop, o_pop) = (validation.pop(), oom.pop());
     let v_err = v_pop.await;
     let o_err = o_pop.await;
+    ctx.check_alive()?;
+    for (j, check) in compile_checks {
+        if let Some(e) = check.await {
+            let s = &specs[j];
+            ctx.evict_pipeline(&s.source);
+            return Err(Error::Gpu { context: format!("kernel {} does not compile", s.label), message: e.to_string() });
+        }
+    }
     if let Some(e) = o_err {
         let requested = specs.iter().map(|s| storage_bytes(&s.output)).sum();
-        return Err(Error::OutOfMemory { context: format!("realising {} kernels ({e})", specs.len()), requested });
+        return Err(Error::OutOfMemory {
+            context: format!("realising {} kernels ({e})", specs.len()),
+            requested,
+            available: None,
+        });
     }
     if let Some(e) = v_err {
         let labels: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
         return Err(Error::Gpu { context: format!("kernels [{}]", labels.join(", ")), message: e.to_string() });
     }
-    ctx.check_alive()?;
 
     if let Some((st, bytes)) = &profile_read {
         let period = ctx.queue.get_timestamp_period() as f64;

@@ -85,6 +85,28 @@ pub fn verify(bytes: &[u8]) -> Result<BTreeMap<String, String>> {
     Ok(md)
 }
 
+/// Refuse a checkpoint whose float tensors hold NaN or infinity: resuming from it would
+/// only continue a run that had already diverged.
+fn check_finite(bytes: &[u8]) -> Result<()> {
+    use ::safetensors::Dtype;
+    let st = ::safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
+    for (name, v) in st.tensors() {
+        let d = v.data();
+        let bad_at = match v.dtype() {
+            Dtype::F32 => d.chunks_exact(4).position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+            Dtype::F16 => d.chunks_exact(2).position(|b| !half::f16::from_le_bytes([b[0], b[1]]).is_finite()),
+            Dtype::BF16 => d.chunks_exact(2).position(|b| !half::bf16::from_le_bytes([b[0], b[1]]).is_finite()),
+            _ => None,
+        };
+        if let Some(i) = bad_at {
+            return Err(bad(format!(
+                "tensor {name:?}: element {i} is NaN or infinite (the run that saved this checkpoint had diverged)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Restore `model` and `opt` from checkpoint bytes; returns the metadata. Nothing is
 /// changed unless the whole file verifies and every tensor fits.
 pub fn from_bytes(
@@ -94,6 +116,7 @@ pub fn from_bytes(
     device: &Device,
 ) -> Result<BTreeMap<String, String>> {
     let md = verify(bytes)?;
+    check_finite(bytes)?;
     let file = crate::io::safetensors::load_bytes(bytes, device)?;
     let mut model_state = HashMap::new();
     let mut opt_state = HashMap::new();

@@ -257,9 +257,13 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile> {
         let v = r.value(ty, &key, 0)?;
         metadata.push((key, v));
     }
-    let mut infos = Vec::with_capacity(n_tensors);
+    let mut infos: Vec<(String, Vec<usize>, DType, u64)> = Vec::with_capacity(n_tensors);
+    let mut names = std::collections::HashSet::new();
     for i in 0..n_tensors {
         let name = r.string(&format!("tensor {i} name"))?;
+        if !names.insert(name.clone()) {
+            return Err(err(format!("tensor {name:?} appears twice")));
+        }
         let nd = r.u32(&format!("tensor {name:?} rank"))? as usize;
         if nd > 8 {
             return Err(err(format!("tensor {name:?}: rank {nd} is more than 8")));
@@ -282,12 +286,24 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile> {
     let align = file.alignment();
     let data_start = (r.pos as u64).div_ceil(align) * align;
     let mut tensors = Vec::with_capacity(infos.len());
+    // Tensors lie in order, each at the aligned end of the one before (as llama.cpp
+    // requires): no overlaps, no gaps, no data outside the file.
+    let mut expected_offset = 0u64;
     for (name, shape, dtype, offset) in infos {
         let len = TensorData::expected_bytes(dtype, &shape)
             .ok_or_else(|| err(format!("tensor {name:?}: shape {shape:?} does not fit {dtype}")))?;
         if offset % align != 0 {
             return Err(err(format!("tensor {name:?}: offset {offset} is not a multiple of the alignment {align}")));
         }
+        if offset != expected_offset {
+            let how = if offset < expected_offset {
+                "overlaps the tensor before it"
+            } else {
+                "leaves a gap after the tensor before it"
+            };
+            return Err(err(format!("tensor {name:?}: offset {offset} {how} (expected {expected_offset})")));
+        }
+        expected_offset = offset.saturating_add(len as u64).div_ceil(align).saturating_mul(align);
         let range = data_start
             .checked_add(offset)
             .and_then(|s| s.checked_add(len as u64).map(|e| (s, e)))
@@ -298,7 +314,11 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile> {
                     bytes.len()
                 ))
             })?;
-        tensors.push(TensorData { name, shape, dtype, data: bytes[range.0 as usize..range.1 as usize].to_vec() });
+        let data = &bytes[range.0 as usize..range.1 as usize];
+        if let Some(b) = crate::quant::first_bad_scale(dtype, data) {
+            return Err(err(format!("tensor {name:?}: block {b} has a NaN or infinite scale")));
+        }
+        tensors.push(TensorData { name, shape, dtype, data: data.to_vec() });
     }
     Ok(GgufFile { tensors, ..file })
 }

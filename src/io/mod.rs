@@ -2,6 +2,9 @@
 //! Q8_0, Q4_0), both read and written.
 
 pub mod checkpoint;
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gguf;
 pub mod mnist;
 pub mod safetensors;

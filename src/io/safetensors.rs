@@ -47,6 +47,9 @@ fn quantized_entry(name: &str, spec: &str, data: &[u8], device: &Device) -> Resu
     } else {
         shape.split(',').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_>>()?
     };
+    if let Some(b) = crate::quant::first_bad_scale(dtype, data) {
+        return Err(fmt_err(format!("tensor {name:?}: block {b} has a NaN or infinite scale")));
+    }
     let t = Tensor::from_quantized(dtype, shape, data, device);
     t.check()?;
     Ok(t)

@@ -149,10 +149,7 @@ impl Tessera {
     /// to continue on a fresh device.
     #[wasm_bindgen(js_name = loseDeviceForTesting)]
     pub fn lose_device_for_testing() -> Result<(), JsError> {
-        let dev = device()?;
-        if let Some((d, _)) = dev.wgpu() {
-            d.destroy();
-        }
+        device()?.lose_for_testing();
         Ok(())
     }
 }
