@@ -5,7 +5,6 @@
 
 mod common;
 use common::model_dir;
-use std::path::PathBuf;
 use tessera::models::bert::{self, check_memory_within, estimate_memory, SentenceEmbedder};
 use tessera::quant;
 use tessera::{DType, Device};

@@ -74,6 +74,9 @@ fn expect_err<T: std::fmt::Debug>(what: &str, bytes: &[u8], load: impl FnOnce(&[
     }
 }
 
+/// A loader under test: bytes in, the number of tensors (or inputs) it loaded out.
+type Loader = fn(&[u8]) -> tessera::Result<usize>;
+
 fn st_load(b: &[u8]) -> tessera::Result<usize> {
     safetensors::load_bytes(b, &Device::cpu()).map(|f| f.tensors.len())
 }
@@ -218,7 +221,7 @@ fn valid_files_load() {
 #[test]
 fn every_truncated_prefix_is_a_clear_error() {
     let _s = serial();
-    let files: [(&str, Vec<u8>, fn(&[u8]) -> tessera::Result<usize>); 3] = [
+    let files: [(&str, Vec<u8>, Loader); 3] = [
         ("safetensors", valid_safetensors(), st_load),
         ("gguf", gguf::to_bytes(&valid_gguf_file()).unwrap(), gguf_load),
         ("checkpoint", valid_checkpoint(2, false), ckpt_load),
@@ -392,7 +395,7 @@ fn loaded_models_stay_usable_after_failed_loads() {
 fn fuzz_corpora_replay_without_panics() {
     let _s = serial();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
-    let targets: [(&str, fn(&[u8]) -> tessera::Result<usize>); 3] =
+    let targets: [(&str, Loader); 3] =
         [("safetensors", fuzz::safetensors), ("gguf", fuzz::gguf), ("checkpoint", fuzz::checkpoint)];
     for (name, run) in targets {
         let dir = root.join(name);
