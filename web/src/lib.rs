@@ -74,8 +74,15 @@ impl Tessera {
         if gpu.is_undefined() || gpu.is_null() {
             return Err(JsError::new(NO_WEBGPU));
         }
+        let tiled_matmul = match js::get_str(&options, "matmul").as_deref() {
+            None => None,
+            Some("tiled") => Some(true),
+            Some("direct") => Some(false),
+            Some(other) => return Err(JsError::new(&format!("matmul: {other:?} is not \"tiled\" or \"direct\""))),
+        };
         let opts = DeviceOptions {
             force_fallback: js::get_bool(&options, "forceFallback").unwrap_or(false),
+            tiled_matmul,
             ..DeviceOptions::default()
         };
         let device = Device::new_async(opts).await.map_err(|e| {
@@ -157,7 +164,7 @@ impl Tessera {
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
 /** Options of `Tessera.init`. */
-export interface InitOptions { forceFallback?: boolean }
+export interface InitOptions { forceFallback?: boolean; matmul?: "tiled" | "direct" }
 /** The adapter `Tessera.init` opened. */
 export interface AdapterInfo { name: string; backend: string; deviceType: string; driver: string; forcedFallback: boolean }
 /** What the device can do; `f16: false` means the packed f16 path runs. */
