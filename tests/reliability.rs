@@ -337,3 +337,41 @@ fn a_long_training_run_holds_steady_memory() {
     assert!(growth <= 0.01, "the buffer pool grew {:.2}% after warm-up ({at_warm} -> {peak} bytes)", 100.0 * growth);
     assert!(last < first, "the loss did not fall");
 }
+
+#[test]
+fn element_wise_kernels_over_tensors_larger_than_a_binding_run_in_windows() {
+    let mib = 1u64 << 20;
+    let Some(dev) = device(DeviceOptions { max_binding_size: Some(mib), ..Default::default() }) else { return };
+    assert_eq!(dev.capabilities().max_storage_buffer_binding_size, mib);
+    let n = 700_001usize; // 2.8 MB of f32: three windows
+    let host: Vec<f32> = (0..n).map(|i| (i % 1013) as f32 - 500.0).collect();
+    let x = Tensor::from_slice(&host, [n], &dev);
+    let got = (&x * 2.0 + 1.0).relu().to_vec_blocking::<f32>().unwrap();
+    for (i, (&g, &h)) in got.iter().zip(&host).enumerate() {
+        assert_eq!(g, (h * 2.0 + 1.0).max(0.0), "element {i}");
+    }
+    // Generated inputs, a broadcast row bound whole, and other output dtypes.
+    let a = Tensor::arange(0.0, 700_000.0, 1.0, DType::F32, &dev).reshape([700, 1000]);
+    let row = Tensor::arange(0.0, 1000.0, 1.0, DType::F32, &dev);
+    let sum = (&a + &row).to_vec_blocking::<f32>().unwrap();
+    assert!(sum.iter().enumerate().all(|(i, &v)| v == (i + i % 1000) as f32), "broadcast add");
+    let half = (&a * 0.5).cast(DType::F16).to_vec_blocking::<half::f16>().unwrap();
+    assert!(half
+        .iter()
+        .enumerate()
+        .step_by(997)
+        .all(|(i, v)| v.to_f32() == half::f16::from_f32(i as f32 * 0.5).to_f32()));
+    let mask = a.gt_scalar(350_000.0).to_f64_vec_blocking().unwrap();
+    assert_eq!(mask.iter().filter(|&&m| m != 0.0).count(), 349_999);
+    let back = Tensor::from_slice(&half, [700, 1000], &dev).cast(DType::F32).to_vec_blocking::<f32>().unwrap();
+    assert_eq!(back[699_999], half[699_999].to_f32());
+    // Kernels that cannot split yet say so, naming the kernel and the limit.
+    let stored = Tensor::from_slice(&host[..700_000], [700, 1000], &dev);
+    let ones = Tensor::ones([1000, 2], DType::F32, &dev);
+    for (what, t) in [("reduction", stored.sum(&[1], false)), ("matmul", stored.matmul(&ones))] {
+        match t.to_vec_blocking::<f32>() {
+            Err(Error::Limit { what: w, limit, .. }) => assert!(limit == mib && w.contains("kernel"), "{what}: {w}"),
+            other => panic!("{what}: expected Error::Limit, got {other:?}"),
+        }
+    }
+}

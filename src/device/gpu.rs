@@ -232,6 +232,10 @@ impl GpuContext {
         }
         ctx.info.capabilities =
             capabilities((info.subgroup_min_size, info.subgroup_max_size), ctx.device.features(), &ctx.device.limits());
+        if let Some(b) = options.max_binding_size.or(env.max_binding_size) {
+            let c = &mut ctx.info.capabilities;
+            c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
+        }
         Ok(ctx)
     }
 

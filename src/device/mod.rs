@@ -98,6 +98,10 @@ pub struct DeviceOptions {
     /// `Error::Gpu` naming it, and that the device stays usable.
     #[doc(hidden)]
     pub invalid_kernel_for_testing: Option<String>,
+    /// Treat storage bindings as holding at most this many bytes (below the adapter's
+    /// own limit), so tests run the path that splits large element-wise kernels into
+    /// windows on small tensors. Defaults to `TESSERA_MAX_BINDING_SIZE` (bytes or K/M/G).
+    pub max_binding_size: Option<u64>,
 }
 
 /// Parse `123`, `64K`, `512M` or `2G` (powers of 1024).
@@ -136,6 +140,7 @@ impl DeviceOptions {
             autotune_cache: if env("TESSERA_AUTOTUNE").as_deref() == Some("0") { None } else { autotune::cache_path() },
             memory_limit: env("TESSERA_MEMORY_LIMIT").as_deref().and_then(parse_bytes),
             invalid_kernel_for_testing: None,
+            max_binding_size: env("TESSERA_MAX_BINDING_SIZE").as_deref().and_then(parse_bytes),
         }
     }
 }
@@ -394,8 +399,8 @@ impl Device {
     #[track_caller]
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
         let bytes = dtype.storage_bytes(values.len());
-        let caps = self.capabilities();
-        let limit = caps.max_storage_buffer_binding_size.min(caps.max_buffer_size);
+        // Buffers may exceed one storage binding: kernels that read them bind windows.
+        let limit = self.capabilities().max_buffer_size;
         if bytes > limit {
             let e = Error::Limit {
                 what: format!("a {dtype} tensor of shape {shape} ({bytes} bytes)"),

@@ -80,16 +80,35 @@ pub(crate) fn quantized_output(t: &Tensor) -> Error {
     }
 }
 
-fn check_limits(dev: &Device, specs: &[KernelSpec]) -> Result<()> {
+/// One dispatch of a kernel: its meta words, the byte range bound of its output and of
+/// each input, and its workgroups. A kernel is one dispatch over whole buffers, or, when
+/// a tensor it touches exceeds the storage binding limit and it is an element-wise
+/// kernel, one dispatch per window of its output.
+struct Dispatch {
+    meta: Vec<u32>,
+    out: (u64, u64),
+    inputs: Vec<(u64, u64)>,
+    workgroups: [u32; 3],
+}
+
+/// Bytes per element of `t`'s storage (packed f16 counts 2).
+fn element_bytes(t: &Tensor) -> u64 {
+    t.dtype().storage_bytes(1024).div_ceil(1024).max(1)
+}
+
+/// Split every kernel into its dispatches, or fail with `Error::Limit` naming the kernel
+/// and the tensor that cannot be bound.
+fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Result<Vec<Vec<Dispatch>>> {
     let caps = dev.capabilities();
-    let limit = caps.max_storage_buffer_binding_size.min(caps.max_buffer_size);
+    let bind_limit = caps.max_storage_buffer_binding_size;
+    let mut out = Vec::with_capacity(specs.len());
     for s in specs {
         let bytes = storage_bytes(&s.output);
-        if bytes > limit {
+        if bytes > caps.max_buffer_size {
             return Err(Error::Limit {
                 what: format!("kernel {} output of shape {:?} ({} bytes)", s.label, s.output.dims(), bytes),
                 needed: bytes,
-                limit,
+                limit: caps.max_buffer_size,
             });
         }
         if s.output.numel() as u64 >= u32::MAX as u64 {
@@ -99,8 +118,77 @@ fn check_limits(dev: &Device, specs: &[KernelSpec]) -> Result<()> {
                 limit: u32::MAX as u64 - 1,
             });
         }
+        let whole = |t: &Tensor| (0, storage_bytes(t));
+        let too_big = bytes > bind_limit || s.inputs.iter().any(|t| storage_bytes(t) > bind_limit);
+        if !too_big {
+            out.push(vec![Dispatch {
+                meta: s.meta.clone(),
+                out: whole(&s.output),
+                inputs: s.inputs.iter().map(whole).collect(),
+                workgroups: s.workgroups,
+            }]);
+            continue;
+        }
+        // Only element-wise kernels split, and only inputs read at the output's own
+        // index can be windowed; anything else too large is a clear error.
+        let limit_err = |t: &Tensor, role: &str| {
+            Error::Limit {
+            what: format!(
+                "kernel {} {role} of shape {:?} (a storage binding; only element-wise kernels over inputs of the output's shape are split)",
+                s.label,
+                t.dims()
+            ),
+            needed: storage_bytes(t),
+            limit: bind_limit,
+        }
+        };
+        let Some(w) = &s.window else { return Err(limit_err(&s.output, "output")) };
+        for (t, base) in s.inputs.iter().zip(&w.input_base) {
+            if base.is_none() && storage_bytes(t) > bind_limit {
+                return Err(limit_err(t, "input"));
+            }
+        }
+        let widest = s.inputs.iter().zip(&w.input_base).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t));
+        let eb = widest.chain([element_bytes(&s.output)]).max().unwrap_or(4);
+        // Windows start at multiples of 1,024 elements: every binding offset is then a
+        // multiple of 2,048 bytes, above any offset alignment WebGPU allows.
+        let chunk = (bind_limit / eb) / 1024 * 1024;
+        if chunk == 0 {
+            return Err(limit_err(&s.output, "output"));
+        }
+        let n = s.output.numel() as u64;
+        let per = w.per_thread as u64;
+        let mut chunks = Vec::new();
+        let mut lo = 0u64;
+        while lo < n {
+            let hi = (lo + chunk).min(n);
+            let mut meta = s.meta.clone();
+            meta[w.first] = (lo / per) as u32;
+            meta[w.out_base] = (lo / per) as u32;
+            let range = |t: &Tensor| {
+                let e = element_bytes(t);
+                let start = lo * e;
+                (start, (((hi - lo) * e).div_ceil(4) * 4).min(storage_bytes(t) - start))
+            };
+            let mut inputs = Vec::with_capacity(s.inputs.len());
+            for (t, base) in s.inputs.iter().zip(&w.input_base) {
+                match base {
+                    Some(slot) => {
+                        meta[*slot] = lo as u32;
+                        inputs.push(range(t));
+                    }
+                    None => inputs.push(whole(t)),
+                }
+            }
+            let threads = (hi - lo).div_ceil(per);
+            let groups = threads.div_ceil(crate::kernels::WG as u64 * crate::kernels::elementwise::EPT as u64);
+            let workgroups = crate::kernels::fold_groups(groups, &ctx.caps, &s.label)?;
+            chunks.push(Dispatch { meta, out: range(&s.output), inputs, workgroups });
+            lo = hi;
+        }
+        out.push(chunks);
     }
-    Ok(())
+    Ok(out)
 }
 
 fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
@@ -134,7 +222,6 @@ pub(crate) async fn run(
         }
     };
     drop(sig);
-    check_limits(dev, &specs)?;
     if specs.is_empty() && !read {
         // Everything is realised already: nothing to encode, no submit.
         return Ok(None);
@@ -150,6 +237,7 @@ pub(crate) async fn run(
         n_checks += s.checks.len();
         all_checks.extend(s.checks.iter().cloned());
     }
+    let dispatches = plan_dispatches(ctx, dev, &specs)?;
 
     let oom = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -158,12 +246,12 @@ pub(crate) async fn run(
     let align = ctx.device.limits().min_uniform_buffer_offset_alignment.max(16) as u64;
     let mut meta_bytes: Vec<u8> = Vec::new();
     let mut meta_at = Vec::with_capacity(specs.len());
-    for s in &specs {
+    for d in dispatches.iter().flatten() {
         let off = (meta_bytes.len() as u64).div_ceil(align) * align;
         meta_bytes.resize(off as usize, 0);
-        let words = s.meta.len().div_ceil(4).max(1) * 4;
+        let words = d.meta.len().div_ceil(4).max(1) * 4;
         for w in 0..words {
-            meta_bytes.extend_from_slice(&s.meta.get(w).copied().unwrap_or(0).to_le_bytes());
+            meta_bytes.extend_from_slice(&d.meta.get(w).copied().unwrap_or(0).to_le_bytes());
         }
         meta_at.push((off, (words * 4) as u64));
     }
@@ -230,6 +318,7 @@ pub(crate) async fn run(
         }
     };
 
+    let mut meta_index = 0;
     for (j, s) in specs.iter().enumerate() {
         let need = storage_bytes(&s.output);
         let out = match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
@@ -237,20 +326,33 @@ pub(crate) async fn run(
             None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
-        if s.workgroups.iter().all(|&w| w > 0) {
-            let (pipeline, compile_scope) = ctx.pipeline(&s.label, &s.source, s.trusted);
-            if let Some(scope) = compile_scope {
-                compile_checks.push((j, scope.pop()));
+        let mut pipeline_of = None;
+        let chunks = &dispatches[j];
+        for (c, d) in chunks.iter().enumerate() {
+            if !d.workgroups.iter().all(|&w| w > 0) {
+                continue;
             }
+            let pipeline = match &pipeline_of {
+                Some(p) => Arc::clone(p),
+                None => {
+                    let (p, compile_scope) = ctx.pipeline(&s.label, &s.source, s.trusted);
+                    if let Some(scope) = compile_scope {
+                        compile_checks.push((j, scope.pop()));
+                    }
+                    pipeline_of = Some(Arc::clone(&p));
+                    p
+                }
+            };
+            let (off, size) = meta_at[meta_index + c];
             let layout = pipeline.get_bind_group_layout(0);
             let mut entries = vec![
-                wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), meta_at[j].0, meta_at[j].1) },
-                wgpu::BindGroupEntry { binding: 1, resource: binding(out.buffer(), 0, need) },
+                wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), off, size) },
+                wgpu::BindGroupEntry { binding: 1, resource: binding(out.buffer(), d.out.0, d.out.1) },
             ];
-            for (k, (b, t)) in inputs.iter().zip(&s.inputs).enumerate() {
+            for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: 2 + k as u32,
-                    resource: binding(b.buffer(), 0, storage_bytes(t)),
+                    resource: binding(b.buffer(), range.0, range.1),
                 });
             }
             if let (false, Some(st)) = (s.checks.is_empty(), &status) {
@@ -264,19 +366,24 @@ pub(crate) async fn run(
                 layout: &layout,
                 entries: &entries,
             });
+            // A kernel's timestamps bracket all its windows.
+            let (first, last) = (c == 0, c + 1 == chunks.len());
             let timestamp_writes =
-                queries.as_ref().filter(|_| 2 * (j as u32) + 1 < n_queries).map(|q| wgpu::ComputePassTimestampWrites {
-                    query_set: q,
-                    beginning_of_pass_write_index: Some(2 * j as u32),
-                    end_of_pass_write_index: Some(2 * j as u32 + 1),
+                queries.as_ref().filter(|_| 2 * (j as u32) + 1 < n_queries && (first || last)).map(|q| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: q,
+                        beginning_of_pass_write_index: first.then_some(2 * j as u32),
+                        end_of_pass_write_index: last.then_some(2 * j as u32 + 1),
+                    }
                 });
             let mut pass =
                 encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&s.label), timestamp_writes });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(s.workgroups[0], s.workgroups[1], s.workgroups[2]);
+            pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
             dispatched += 1;
         }
+        meta_index += chunks.len();
         produced.insert(s.output.id(), out);
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) && !target_ids.contains(&i.id()) {

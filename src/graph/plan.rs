@@ -36,6 +36,7 @@ struct CachedKernel {
     status_slot: Option<usize>,
     workgroups: [u32; 3],
     trusted: bool,
+    window: Option<crate::kernels::Window>,
 }
 
 struct CachedPlan {
@@ -141,6 +142,7 @@ impl PlanCache {
                 workgroups: k.workgroups,
                 trusted: k.trusted,
                 patches: Vec::new(),
+                window: k.window.clone(),
             });
         }
         Some(out)
@@ -172,6 +174,7 @@ impl PlanCache {
                 status_slot: s.status_slot,
                 trusted: s.trusted,
                 workgroups: s.workgroups,
+                window: s.window.clone(),
             });
         }
         if let Ok(mut m) = self.plans.lock() {

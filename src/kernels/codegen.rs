@@ -7,7 +7,7 @@
 //! tensor). Leaves (realised tensors and other kernels' outputs) are loaded by linear
 //! index. All sizes and scalars go to `meta`, so the text depends only on the structure.
 
-use super::{compute_type, input_binding, load_fn, IndexCheck, ShaderCaps};
+use super::{compute_type, input_binding, load_fn_at, IndexCheck, ShaderCaps};
 use crate::graph::{BinaryOp, Op, UnaryOp};
 use crate::{DType, Tensor};
 use std::collections::HashMap;
@@ -100,6 +100,12 @@ pub(crate) struct Gen<'a> {
     pub status_slot: Option<usize>,
     /// Meta slots that hold a node's scalar (see [`MetaPatch`]).
     pub patches: Vec<MetaPatch>,
+    /// Window mode (element-wise kernels): each non-quantised leaf gets a base slot
+    /// subtracted from its load index, and whether every load of it was at index `i`
+    /// (the output's own index) is tracked.
+    pub windows: bool,
+    leaf_base: Vec<Option<usize>>,
+    leaf_aligned: Vec<bool>,
 }
 
 impl<'a> Gen<'a> {
@@ -121,6 +127,9 @@ impl<'a> Gen<'a> {
             ops: Vec::new(),
             status_slot: None,
             patches: Vec::new(),
+            windows: false,
+            leaf_base: Vec::new(),
+            leaf_aligned: Vec::new(),
         }
     }
 
@@ -221,6 +230,12 @@ impl<'a> Gen<'a> {
         self.leaves.push(t.clone());
         let qoff = t.dtype().is_quantized().then(|| self.slot(crate::quant::gpu_quant_offset_words(t.numel()) as u32));
         self.leaf_qoff.push(qoff);
+        let base = (self.windows && !t.dtype().is_quantized()).then(|| {
+            self.meta.push(0);
+            self.meta.len() - 1
+        });
+        self.leaf_base.push(base);
+        self.leaf_aligned.push(base.is_some());
         self.leaf_index.insert(t.id(), k);
         if t.dtype() == DType::F16 {
             self.uses_f16 = true;
@@ -234,7 +249,8 @@ impl<'a> Gen<'a> {
         for (k, t) in self.leaves.iter().enumerate() {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
             let qoff = self.leaf_qoff[k].as_deref();
-            s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps, qoff));
+            let base = self.leaf_base[k].map(|b| format!("m({b}u)"));
+            s.push_str(&load_fn_at(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps, qoff, base.as_deref()));
         }
         s
     }
@@ -264,6 +280,9 @@ impl<'a> Gen<'a> {
         if !root && (self.is_leaf)(t) {
             let k = self.leaf(t);
             let l = self.linear(ix, t);
+            if l != "i" {
+                self.leaf_aligned[k] = false;
+            }
             return self.let_("v", format!("ld{k}({l})"));
         }
         let key = (t.id(), ix.key());
@@ -541,6 +560,9 @@ impl<'a> Gen<'a> {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);
                 let l = self.linear(ix, t);
+                if l != "i" {
+                    self.leaf_aligned[k] = false;
+                }
                 self.let_("v", format!("ld{k}({l})"))
             }
         };
@@ -593,7 +615,18 @@ impl<'a> Gen<'a> {
             status_slot: self.status_slot,
             workgroups,
             trusted: false,
+            window: None,
         }
+    }
+
+    /// Input base slots for [`super::Window`]: the slot of each leaf read only at the
+    /// output's own index and holding as many elements as `n`.
+    pub fn window_bases(&self, n: usize) -> Vec<Option<usize>> {
+        self.leaves
+            .iter()
+            .enumerate()
+            .map(|(k, t)| self.leaf_base[k].filter(|_| self.leaf_aligned[k] && t.numel() == n))
+            .collect()
     }
 
     /// Helper functions (from `shaders/common.wgsl`) plus the status binding if used.

@@ -2,7 +2,7 @@
 //! it, down to materialised leaves, rendered into `shaders/elementwise.wgsl`.
 
 use super::codegen::{Gen, Ix};
-use super::{fold_groups, header, sources, storage_type, KernelSpec, ShaderCaps, WG};
+use super::{fold_groups, header, sources, storage_type, KernelSpec, ShaderCaps, Window, WG};
 
 /// Outputs per invocation of an element-wise kernel (fewer workgroups to launch: on
 /// lavapipe a 1M-element chain runs about 1.5x faster with 4 than with 1).
@@ -15,6 +15,11 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let mut g = Gen::new(*caps, is_leaf);
     let n = root.numel();
     g.slot(n as u32); // meta[0]: element count
+                      // meta[1], meta[2]: the first thread of this dispatch and the output binding's base
+                      // (both 0 unless the executor splits the kernel into windows).
+    g.slot(0);
+    g.slot(0);
+    g.windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
@@ -27,10 +32,10 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     src.push_str(&g.support(2 + g.leaves.len() as u32));
     src.push_str(&format!("fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n", super::compute_type(dt)));
     let store = match dt {
-        DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
-        DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i] = select(0u, 1u, eval_out(i));\n".to_string(),
+        DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i - m(2u)] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
+        DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i - m(2u)] = select(0u, 1u, eval_out(i));\n".to_string(),
         _ => format!(
-            "    if (i >= m(0u)) {{ return; }}\n    out[i] = {}(eval_out(i));\n",
+            "    if (i >= m(0u)) {{ return; }}\n    out[i - m(2u)] = {}(eval_out(i));\n",
             storage_type(dt, caps)
         ),
     };
@@ -41,7 +46,10 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     src.push_str(sources::ELEMENTWISE);
     let label = label(&g.ops);
     let workgroups = fold_groups(threads.div_ceil(WG as u64 * ept), caps, &label)?;
-    Ok(g.finish(label, src, root, workgroups))
+    let input_base = g.window_bases(n);
+    let mut spec = g.finish(label, src, root, workgroups);
+    spec.window = Some(Window { first: 1, out_base: 2, input_base, per_thread: if packed { 2 } else { 1 } });
+    Ok(spec)
 }
 
 /// `fused(add,mul,gelu)`, or `copy` for a pure data movement.

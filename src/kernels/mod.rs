@@ -89,6 +89,26 @@ pub struct KernelSpec {
     /// Compiled without wgpu's runtime bounds checks: only kernels whose own indexing
     /// keeps every access in range (clamped or guarded, and tested on odd shapes).
     pub trusted: bool,
+    /// Set for kernels that can run as several dispatches over windows of their output
+    /// (element-wise kernels), which is how tensors larger than one storage binding are
+    /// computed.
+    pub window: Option<Window>,
+}
+
+/// The meta slots through which the executor runs an element-wise kernel over one
+/// window of its output at a time, binding only that window of the output and of every
+/// input read at the output's own index.
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// Slot of the first thread index of a dispatch.
+    pub first: usize,
+    /// Slot of the output binding's base, in threads.
+    pub out_base: usize,
+    /// Per input: the slot of its binding's base (in elements) when it is read at the
+    /// output's own index, so it can be windowed too; `None` when it must be bound whole.
+    pub input_base: Vec<Option<usize>>,
+    /// Output elements per thread (2 for packed f16, else 1).
+    pub per_thread: u32,
 }
 
 impl KernelSpec {
@@ -114,6 +134,7 @@ impl KernelSpec {
             workgroups,
             patches: Vec::new(),
             trusted,
+            window: None,
         }
     }
 }
@@ -142,15 +163,31 @@ pub(crate) fn compute_type(dtype: DType) -> &'static str {
 /// A load function `fn {name}(i: u32) -> compute type` over storage binding `var_name`.
 /// Quantised formats need `qoff`, the WGSL expression of their quant region's offset.
 pub(crate) fn load_fn(name: &str, var_name: &str, dtype: DType, caps: &ShaderCaps, qoff: Option<&str>) -> String {
+    load_fn_at(name, var_name, dtype, caps, qoff, None)
+}
+
+/// [`load_fn`] for a binding that starts `base` elements into its tensor (a window).
+pub(crate) fn load_fn_at(
+    name: &str,
+    var_name: &str,
+    dtype: DType,
+    caps: &ShaderCaps,
+    qoff: Option<&str>,
+    base: Option<&str>,
+) -> String {
     if dtype.is_quantized() {
         let body = crate::quant::wgsl_load(dtype, var_name, qoff.unwrap_or("0u"));
         return format!("fn {name}(i: u32) -> f32 {{\n    {body}\n}}\n");
     }
+    let w = match base {
+        Some(b) => format!("(i - {b})"),
+        None => "i".to_string(),
+    };
     let body = match dtype {
-        DType::F32 | DType::I32 | DType::U32 => format!("{var_name}[i]"),
-        DType::F16 if caps.native_f16 => format!("f32({var_name}[i])"),
-        DType::F16 => format!("unpack2x16float({var_name}[i >> 1u])[i & 1u]"),
-        DType::Bool => format!("{var_name}[i] != 0u"),
+        DType::F32 | DType::I32 | DType::U32 => format!("{var_name}[{w}]"),
+        DType::F16 if caps.native_f16 => format!("f32({var_name}[{w}])"),
+        DType::F16 => format!("unpack2x16float({var_name}[{w} >> 1u])[i & 1u]"),
+        DType::Bool => format!("{var_name}[{w}] != 0u"),
         DType::Q8_0 | DType::Q4_0 => unreachable!("handled above"),
     };
     format!("fn {name}(i: u32) -> {} {{\n    return {body};\n}}\n", compute_type(dtype))
