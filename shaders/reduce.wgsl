@@ -1,12 +1,13 @@
 // A reduction: one workgroup of RWG invocations per output element, a strided serial pass per invocation,
 // then a tree in workgroup memory. The input expression is fused in (`reduce_input`).
-// meta: [0] output count, [1] reduction length.
+// meta: [0] output count, [1] reduction length, [2] first output of this dispatch,
+// [3] output binding base (the last two non-zero when a large input runs in windows).
 
 var<workgroup> partial: array<Acc, RWG>;
 
 @compute @workgroup_size(RWG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = wid.x + wid.y * nwg.x;
+    let o = m(2u) + wid.x + wid.y * nwg.x;
     let t = lid.x;
     let n_out = m(0u);
     let len = m(1u);

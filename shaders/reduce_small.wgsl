@@ -3,7 +3,7 @@
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = gid.x + gid.y * nwg.x * WG;
+    let o = m(2u) + gid.x + gid.y * nwg.x * WG;
     if (o >= m(0u)) {
         return;
     }

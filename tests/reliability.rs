@@ -6,6 +6,7 @@
 //! `TESSERA_SOAK_STEPS=2000` (CI runs 200).
 
 mod common;
+use common::label;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -338,10 +339,26 @@ fn a_long_training_run_holds_steady_memory() {
     assert!(last < first, "the loss did not fall");
 }
 
+/// Element-wise kernels, reductions over trailing axes and matrix products over
+/// tensors larger than one storage binding (forced down to 1 MiB) run in windows; with
+/// both matmul kernels and the packed f16 path.
 #[test]
-fn element_wise_kernels_over_tensors_larger_than_a_binding_run_in_windows() {
+fn tensors_larger_than_a_binding_split_into_windows() {
+    for fallback in [false, true] {
+        let opts = DeviceOptions {
+            max_binding_size: Some(1 << 20),
+            force_fallback: fallback,
+            tiled_matmul: fallback.then_some(true),
+            ..Default::default()
+        };
+        let Some(dev) = device(opts) else { return };
+        split_cases(&dev);
+    }
+}
+
+fn split_cases(dev: &Device) {
+    let dev = dev.clone();
     let mib = 1u64 << 20;
-    let Some(dev) = device(DeviceOptions { max_binding_size: Some(mib), ..Default::default() }) else { return };
     assert_eq!(dev.capabilities().max_storage_buffer_binding_size, mib);
     let n = 700_001usize; // 2.8 MB of f32: three windows
     let host: Vec<f32> = (0..n).map(|i| (i % 1013) as f32 - 500.0).collect();
@@ -365,13 +382,67 @@ fn element_wise_kernels_over_tensors_larger_than_a_binding_run_in_windows() {
     assert_eq!(mask.iter().filter(|&&m| m != 0.0).count(), 349_999);
     let back = Tensor::from_slice(&half, [700, 1000], &dev).cast(DType::F32).to_vec_blocking::<f32>().unwrap();
     assert_eq!(back[699_999], half[699_999].to_f32());
-    // Kernels that cannot split yet say so, naming the kernel and the limit.
+    // Reductions over trailing axes split by rows (fused inputs and a broadcast too).
     let stored = Tensor::from_slice(&host[..700_000], [700, 1000], &dev);
+    let rows = (&stored * &row).sum(&[1], false).to_vec_blocking::<f32>().unwrap();
+    let cube = Tensor::from_slice(&host[..700_000], [70, 10, 1000], &dev);
+    let maxes = cube.max(&[1, 2], true).to_vec_blocking::<f32>().unwrap();
+    let arg = stored.argmax(&[1], false).to_vec_blocking::<i32>().unwrap();
+    for r in 0..700 {
+        let h = &host[r * 1000..(r + 1) * 1000];
+        let want: f64 = h.iter().enumerate().map(|(j, &v)| v as f64 * j as f64).sum();
+        assert!((rows[r] as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "row {r}: {} vs {want}", rows[r]);
+        let best = h.iter().enumerate().fold(0, |b, (j, &v)| if v > h[b] { j } else { b });
+        assert_eq!(arg[r] as usize, best, "argmax row {r}");
+    }
+    for (q, m) in maxes.iter().enumerate() {
+        assert_eq!(*m, host[q * 10_000..(q + 1) * 10_000].iter().cloned().fold(f32::MIN, f32::max));
+    }
+    // Matrix products split by rows of A and C, with B bound whole.
+    let wcols: Vec<f32> = (0..64_000).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+    let w = Tensor::from_slice(&wcols, [1000, 64], &dev);
+    let prod = stored.matmul(&w).to_vec_blocking::<f32>().unwrap();
+    for r in (0..700).step_by(37) {
+        for c in [0, 31, 63] {
+            let want: f64 = (0..1000).map(|k| host[r * 1000 + k] as f64 * wcols[k * 64 + c] as f64).sum();
+            assert!((prod[r * 64 + c] as f64 - want).abs() <= 1e-3 * want.abs().max(1.0), "C[{r},{c}]");
+        }
+    }
+    // The rest either split correctly or say they cannot, naming the kernel and limit.
     let ones = Tensor::ones([1000, 2], DType::F32, &dev);
-    for (what, t) in [("reduction", stored.sum(&[1], false)), ("matmul", stored.matmul(&ones))] {
-        match t.to_vec_blocking::<f32>() {
-            Err(Error::Limit { what: w, limit, .. }) => assert!(limit == mib && w.contains("kernel"), "{what}: {w}"),
-            other => panic!("{what}: expected Error::Limit, got {other:?}"),
+    let col_sums: Vec<f64> = (0..1000).map(|c| (0..700).map(|r| host[r * 1000 + c] as f64).sum()).collect();
+    let row_sums: Vec<f64> = (0..700).map(|r| host[r * 1000..(r + 1) * 1000].iter().map(|&v| v as f64).sum()).collect();
+    let thin: Vec<f64> = row_sums.iter().flat_map(|&v| [v, v]).collect();
+    let t_prod: Vec<f64> = col_sums.iter().flat_map(|&v| std::iter::repeat_n(v, 64)).collect();
+    let picked: Vec<f64> =
+        [5usize, 699, 0].iter().flat_map(|&r| host[r * 1000..(r + 1) * 1000].iter().map(|&v| v as f64)).collect();
+    let tail: Vec<f64> = host[1000..700_000].iter().map(|&v| v as f64).collect();
+    let cases = [
+        (
+            "a gather from a large table",
+            stored.index_select(0, &Tensor::from_slice(&[5i32, 699, 0], [3], &dev)),
+            picked,
+        ),
+        ("a copy of a slice", stored.slice(0, 1, 700, 1) * 1.0, tail),
+        ("reduction over a leading axis", stored.sum(&[0], false), col_sums.clone()),
+        ("reduction over everything", stored.sum(&[0, 1], false), vec![col_sums.iter().sum()]),
+        ("a thin matmul (C^T on CPU adapters)", stored.matmul(&ones), thin),
+        ("a matmul with a transposed A", stored.t().matmul(&Tensor::ones([700, 64], DType::F32, &dev)), t_prod),
+    ];
+    for (what, t, want) in cases {
+        match t.to_f64_vec_blocking() {
+            Ok(got) => {
+                assert_eq!(got.len(), want.len(), "{what}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{what}: {g} vs {w}");
+                }
+                eprintln!("{}: {what}: split, correct", label(&dev));
+            }
+            Err(Error::Limit { what: w, limit, .. }) => {
+                assert!(limit == mib && w.contains("kernel"), "{what}: {w}");
+                eprintln!("{}: {what}: Error::Limit ({w})", label(&dev));
+            }
+            Err(other) => panic!("{what}: expected values or Error::Limit, got {other:?}"),
         }
     }
 }

@@ -96,6 +96,63 @@ fn element_bytes(t: &Tensor) -> u64 {
     t.dtype().storage_bytes(1024).div_ceil(1024).max(1)
 }
 
+/// A matrix product as dispatches over row blocks of A and C (B bound whole), or `None`
+/// when B does not fit one binding or a single block of rows does not.
+fn row_dispatches(
+    ctx: &GpuContext,
+    s: &KernelSpec,
+    rs: &crate::kernels::RowSplit,
+    bind_limit: u64,
+) -> Option<Result<Vec<Dispatch>>> {
+    let (a, b) = (&s.inputs[0], &s.inputs[1]);
+    if storage_bytes(b) > bind_limit {
+        return None;
+    }
+    let (ea, ec) = (element_bytes(a) * rs.a_row, element_bytes(&s.output) * rs.c_row);
+    let gcd = |mut x: u64, mut y: u64| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    // Row blocks start where both offsets are multiples of 256 bytes.
+    let ga = 256 / gcd(256, ea.max(1));
+    let gc = 256 / gcd(256, ec.max(1));
+    let grain = ga / gcd(ga, gc) * gc;
+    let chunk = (bind_limit / ea.max(ec).max(1)) / grain * grain;
+    if chunk == 0 {
+        return None;
+    }
+    let rows = s.meta[rs.m_slot] as u64;
+    let mut out = Vec::new();
+    let mut lo = 0;
+    while lo < rows {
+        let hi = (lo + chunk).min(rows);
+        let mut meta = s.meta.clone();
+        meta[rs.m_slot] = (hi - lo) as u32;
+        let range = |t: &Tensor, row_bytes: u64| {
+            let start = lo * row_bytes;
+            (start, (((hi - lo) * row_bytes).div_ceil(4) * 4).min(storage_bytes(t) - start))
+        };
+        let y = (hi - lo).div_ceil(rs.rows_per_group);
+        if y > ctx.caps.max_workgroups as u64 {
+            return Some(Err(Error::Limit {
+                what: format!("{}: workgroups over rows", s.label),
+                needed: y,
+                limit: ctx.caps.max_workgroups as u64,
+            }));
+        }
+        out.push(Dispatch {
+            meta,
+            out: range(&s.output, ec),
+            inputs: vec![range(a, ea), (0, storage_bytes(b))],
+            workgroups: [s.workgroups[0], y as u32, s.workgroups[2]],
+        });
+        lo = hi;
+    }
+    Some(Ok(out))
+}
+
 /// Split every kernel into its dispatches, or fail with `Error::Limit` naming the kernel
 /// and the tensor that cannot be bound.
 fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Result<Vec<Vec<Dispatch>>> {
@@ -134,7 +191,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         let limit_err = |t: &Tensor, role: &str| {
             Error::Limit {
             what: format!(
-                "kernel {} {role} of shape {:?} (a storage binding; only element-wise kernels over inputs of the output's shape are split)",
+                "kernel {} {role} of shape {:?} in one storage binding (kernels split into windows: element-wise ones, and reductions over trailing axes whose rows fit)",
                 s.label,
                 t.dims()
             ),
@@ -142,19 +199,54 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             limit: bind_limit,
         }
         };
-        let Some(w) = &s.window else { return Err(limit_err(&s.output, "output")) };
+        if let (None, Some(rs)) = (&s.window, &s.rows) {
+            out.push(row_dispatches(ctx, s, rs, bind_limit).ok_or_else(|| {
+                let big = [&s.output, &s.inputs[0], &s.inputs[1]].into_iter().max_by_key(|t| storage_bytes(t));
+                limit_err(big.unwrap_or(&s.output), "operand")
+            })??);
+            continue;
+        }
+        let Some(w) = &s.window else {
+            let (big, role) = s
+                .inputs
+                .iter()
+                .map(|t| (t, "input"))
+                .chain([(&s.output, "output")])
+                .max_by_key(|(t, _)| storage_bytes(t))
+                .unwrap_or((&s.output, "output"));
+            return Err(limit_err(big, role));
+        };
         for (t, base) in s.inputs.iter().zip(&w.input_base) {
             if base.is_none() && storage_bytes(t) > bind_limit {
                 return Err(limit_err(t, "input"));
             }
         }
-        let widest = s.inputs.iter().zip(&w.input_base).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t));
-        let eb = widest.chain([element_bytes(&s.output)]).max().unwrap_or(4);
-        // Windows start at multiples of 1,024 elements: every binding offset is then a
-        // multiple of 2,048 bytes, above any offset alignment WebGPU allows.
-        let chunk = (bind_limit / eb) / 1024 * 1024;
+        // Bytes each output element spans in every windowed binding. Windows hold a
+        // whole number of workgroups and start where every binding's offset is a
+        // multiple of 256 bytes (the largest offset alignment WebGPU allows).
+        // Only bindings that do not fit whole are windowed.
+        let ipo = w.inputs_per_output;
+        let out_windowed = bytes > bind_limit;
+        let windowed: Vec<Option<usize>> =
+            s.inputs.iter().zip(&w.input_base).map(|(t, b)| b.filter(|_| storage_bytes(t) > bind_limit)).collect();
+        let mut steps: Vec<u64> = out_windowed.then(|| element_bytes(&s.output)).into_iter().collect();
+        steps.extend(s.inputs.iter().zip(&windowed).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t) * ipo));
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let mut grain = w.outputs_per_group.max(w.per_thread as u64).max(1);
+        for &st in &steps {
+            let g = 256 / gcd(256, st);
+            grain = grain / gcd(grain, g) * g;
+        }
+        let widest = steps.iter().copied().max().unwrap_or(4);
+        let chunk = (bind_limit / widest) / grain * grain;
         if chunk == 0 {
-            return Err(limit_err(&s.output, "output"));
+            let big = s.inputs.iter().max_by_key(|t| storage_bytes(t)).unwrap_or(&s.output);
+            return Err(limit_err(big, "input"));
         }
         let n = s.output.numel() as u64;
         let per = w.per_thread as u64;
@@ -164,26 +256,25 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             let hi = (lo + chunk).min(n);
             let mut meta = s.meta.clone();
             meta[w.first] = (lo / per) as u32;
-            meta[w.out_base] = (lo / per) as u32;
-            let range = |t: &Tensor| {
+            meta[w.out_base] = if out_windowed { (lo / per) as u32 } else { 0 };
+            let range = |t: &Tensor, per_out: u64| {
                 let e = element_bytes(t);
-                let start = lo * e;
-                (start, (((hi - lo) * e).div_ceil(4) * 4).min(storage_bytes(t) - start))
+                let start = lo * per_out * e;
+                (start, (((hi - lo) * per_out * e).div_ceil(4) * 4).min(storage_bytes(t) - start))
             };
             let mut inputs = Vec::with_capacity(s.inputs.len());
-            for (t, base) in s.inputs.iter().zip(&w.input_base) {
+            for (t, base) in s.inputs.iter().zip(&windowed) {
                 match base {
                     Some(slot) => {
-                        meta[*slot] = lo as u32;
-                        inputs.push(range(t));
+                        meta[*slot] = (lo * ipo) as u32;
+                        inputs.push(range(t, ipo));
                     }
                     None => inputs.push(whole(t)),
                 }
             }
-            let threads = (hi - lo).div_ceil(per);
-            let groups = threads.div_ceil(crate::kernels::WG as u64 * crate::kernels::elementwise::EPT as u64);
-            let workgroups = crate::kernels::fold_groups(groups, &ctx.caps, &s.label)?;
-            chunks.push(Dispatch { meta, out: range(&s.output), inputs, workgroups });
+            let workgroups = crate::kernels::fold_groups((hi - lo).div_ceil(w.outputs_per_group), &ctx.caps, &s.label)?;
+            let out = if out_windowed { range(&s.output, 1) } else { whole(&s.output) };
+            chunks.push(Dispatch { meta, out, inputs, workgroups });
             lo = hi;
         }
         out.push(chunks);

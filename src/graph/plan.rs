@@ -37,6 +37,7 @@ struct CachedKernel {
     workgroups: [u32; 3],
     trusted: bool,
     window: Option<crate::kernels::Window>,
+    rows: Option<crate::kernels::RowSplit>,
 }
 
 struct CachedPlan {
@@ -143,6 +144,7 @@ impl PlanCache {
                 trusted: k.trusted,
                 patches: Vec::new(),
                 window: k.window.clone(),
+                rows: k.rows.clone(),
             });
         }
         Some(out)
@@ -175,6 +177,7 @@ impl PlanCache {
                 trusted: s.trusted,
                 workgroups: s.workgroups,
                 window: s.window.clone(),
+                rows: s.rows.clone(),
             });
         }
         if let Ok(mut m) = self.plans.lock() {

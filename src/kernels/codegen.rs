@@ -26,7 +26,7 @@ impl Ix {
     pub fn coords(c: Vec<String>) -> Ix {
         Ix { lin: None, coords: Some(c) }
     }
-    fn key(&self) -> String {
+    pub fn key(&self) -> String {
         match (&self.lin, &self.coords) {
             (Some(l), _) => format!("L{l}"),
             (None, Some(c)) => format!("C{}", c.join(",")),
@@ -104,6 +104,9 @@ pub(crate) struct Gen<'a> {
     /// subtracted from its load index, and whether every load of it was at index `i`
     /// (the output's own index) is tracked.
     pub windows: bool,
+    /// In window mode, the index (`Ix::key`) and shape at which a leaf counts as read
+    /// at its consumer's own position; `None` means the linear index `i`.
+    pub align: Option<(String, Vec<usize>)>,
     leaf_base: Vec<Option<usize>>,
     leaf_aligned: Vec<bool>,
 }
@@ -128,6 +131,7 @@ impl<'a> Gen<'a> {
             status_slot: None,
             patches: Vec::new(),
             windows: false,
+            align: None,
             leaf_base: Vec::new(),
             leaf_aligned: Vec::new(),
         }
@@ -280,7 +284,11 @@ impl<'a> Gen<'a> {
         if !root && (self.is_leaf)(t) {
             let k = self.leaf(t);
             let l = self.linear(ix, t);
-            if l != "i" {
+            let aligned = match &self.align {
+                Some((key, dims)) => ix.key() == *key && t.dims() == dims.as_slice(),
+                None => l == "i",
+            };
+            if !aligned {
                 self.leaf_aligned[k] = false;
             }
             return self.let_("v", format!("ld{k}({l})"));
@@ -616,12 +624,14 @@ impl<'a> Gen<'a> {
             workgroups,
             trusted: false,
             window: None,
+            rows: None,
         }
     }
 
     /// Input base slots for [`super::Window`]: the slot of each leaf read only at the
     /// output's own index and holding as many elements as `n`.
     pub fn window_bases(&self, n: usize) -> Vec<Option<usize>> {
+        // (For a reduction `n` is its input's element count.)
         self.leaves
             .iter()
             .enumerate()

@@ -48,7 +48,15 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let workgroups = fold_groups(threads.div_ceil(WG as u64 * ept), caps, &label)?;
     let input_base = g.window_bases(n);
     let mut spec = g.finish(label, src, root, workgroups);
-    spec.window = Some(Window { first: 1, out_base: 2, input_base, per_thread: if packed { 2 } else { 1 } });
+    let per_thread = if packed { 2 } else { 1 };
+    spec.window = Some(Window {
+        first: 1,
+        out_base: 2,
+        input_base,
+        per_thread,
+        inputs_per_output: 1,
+        outputs_per_group: WG as u64 * ept * per_thread as u64,
+    });
     Ok(spec)
 }
 

@@ -154,7 +154,12 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
     // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
     // indexed below its size: checked on odd shapes by tests/ops.rs.
-    product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)
+    let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized();
+    let mut spec = product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
+    if splittable {
+        spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
+    }
+    Ok(spec)
 }
 
 /// The trusted kernel of a product: workgroups `[columns, rows, batch]` checked against

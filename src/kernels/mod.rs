@@ -93,6 +93,19 @@ pub struct KernelSpec {
     /// (element-wise kernels), which is how tensors larger than one storage binding are
     /// computed.
     pub window: Option<Window>,
+    /// Set for matrix products that can run as several dispatches over row blocks of
+    /// A and C (B bound whole), for an A or C larger than one storage binding.
+    pub rows: Option<RowSplit>,
+}
+
+/// How a matrix product splits by rows: the meta slot holding M, the elements of one
+/// row of A (K) and of C (N), and the rows one workgroup covers.
+#[derive(Clone, Debug)]
+pub struct RowSplit {
+    pub m_slot: usize,
+    pub a_row: u64,
+    pub c_row: u64,
+    pub rows_per_group: u64,
 }
 
 /// The meta slots through which the executor runs an element-wise kernel over one
@@ -107,8 +120,14 @@ pub struct Window {
     /// Per input: the slot of its binding's base (in elements) when it is read at the
     /// output's own index, so it can be windowed too; `None` when it must be bound whole.
     pub input_base: Vec<Option<usize>>,
-    /// Output elements per thread (2 for packed f16, else 1).
+    /// Output elements per thread (2 for packed f16, else 1): the unit of `first` and
+    /// `out_base`.
     pub per_thread: u32,
+    /// Elements of a windowed input each output element reads (1 for element-wise
+    /// kernels, the row length for a reduction over trailing axes).
+    pub inputs_per_output: u64,
+    /// Output elements one workgroup covers.
+    pub outputs_per_group: u64,
 }
 
 impl KernelSpec {
@@ -135,6 +154,7 @@ impl KernelSpec {
             patches: Vec::new(),
             trusted,
             window: None,
+            rows: None,
         }
     }
 }

@@ -31,6 +31,11 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let mut g = Gen::new(*caps, is_leaf);
     g.slot(n_out as u32);
     g.slot(len as u32);
+    // meta[2], meta[3]: the first output of this dispatch and the output binding's base
+    // (0 unless the executor splits a reduction over trailing axes into windows).
+    g.slot(0);
+    g.slot(0);
+    g.windows = true;
 
     // Output coordinates from o, reduced coordinates from r, merged into x's coordinates.
     let oc = g.coords(&Ix::lin("o"), root);
@@ -58,7 +63,9 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             None => oc[d].clone(),
         })
         .collect();
-    let v = g.eval(x, &Ix::coords(xc), false);
+    let xi = Ix::coords(xc);
+    g.align = Some((xi.key(), x.dims().to_vec()));
+    let v = g.eval(x, &xi, false);
     let body = std::mem::take(&mut g.body);
 
     let ct = compute_type(x.dtype());
@@ -73,7 +80,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         ReduceOp::ArgMax | ReduceOp::ArgMin => "i32(a.i)",
         _ => "a.v",
     };
-    src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o] = {store};\n}}\n"));
+    src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o - m(3u)] = {store};\n}}\n"));
     let small = len <= SMALL_LEN;
     if !small {
         src.push_str(&format!("const RWG: u32 = {}u;\n", reduce_workgroup(n_out)));
@@ -83,7 +90,22 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());
     let groups = if small { (n_out as u64).div_ceil(WG as u64) } else { n_out as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
-    Ok(g.finish(label, src, root, workgroups))
+    // Over trailing axes, a run of outputs reads one contiguous run of the input, so
+    // the reduction can be split into windows.
+    let trailing = axes.iter().enumerate().all(|(j, &a)| a == x.rank() - axes.len() + j);
+    let input_base = g.window_bases(x.numel());
+    let mut spec = g.finish(label, src, root, workgroups);
+    if trailing {
+        spec.window = Some(super::Window {
+            first: 2,
+            out_base: 3,
+            input_base,
+            per_thread: 1,
+            inputs_per_output: len as u64,
+            outputs_per_group: if small { WG as u64 } else { 1 },
+        });
+    }
+    Ok(spec)
 }
 
 /// The accumulator's identity and combine rule. Ties keep the lower index; NaN wins
