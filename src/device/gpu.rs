@@ -236,6 +236,7 @@ impl GpuContext {
             let c = &mut ctx.info.capabilities;
             c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
         }
+        ctx.caps.max_binding = ctx.info.capabilities.max_storage_buffer_binding_size;
         Ok(ctx)
     }
 
@@ -266,6 +267,7 @@ impl GpuContext {
                 max_workgroups: caps.max_compute_workgroups_per_dimension,
                 direct_matmul: crate::kernels::matmul::prefer_direct("Other"),
                 matmul_tile: (4, 4),
+                max_binding: caps.max_storage_buffer_binding_size,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),

@@ -216,9 +216,15 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
                 .unwrap_or((&s.output, "output"));
             return Err(limit_err(big, role));
         };
-        for (t, base) in s.inputs.iter().zip(&w.input_base) {
+        // A large input read at other indices (a gather table, a sliced tensor) goes
+        // through windows of its own, one per dispatch (at most one such input).
+        let mut gathered: Option<(usize, usize, usize)> = None;
+        for (k, (t, base)) in s.inputs.iter().zip(&w.input_base).enumerate() {
             if base.is_none() && storage_bytes(t) > bind_limit {
-                return Err(limit_err(t, "input"));
+                match (w.gather.get(k).copied().flatten(), gathered) {
+                    (Some((b, l)), None) => gathered = Some((k, b, l)),
+                    _ => return Err(limit_err(t, "input")),
+                }
             }
         }
         // Bytes each output element spans in every windowed binding. Windows hold a
@@ -227,8 +233,13 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         // Only bindings that do not fit whole are windowed.
         let ipo = w.inputs_per_output;
         let out_windowed = bytes > bind_limit;
-        let windowed: Vec<Option<usize>> =
-            s.inputs.iter().zip(&w.input_base).map(|(t, b)| b.filter(|_| storage_bytes(t) > bind_limit)).collect();
+        let windowed: Vec<Option<usize>> = s
+            .inputs
+            .iter()
+            .zip(&w.input_base)
+            .enumerate()
+            .map(|(k, (t, b))| b.filter(|_| storage_bytes(t) > bind_limit && gathered.is_none_or(|g| g.0 != k)))
+            .collect();
         let mut steps: Vec<u64> = out_windowed.then(|| element_bytes(&s.output)).into_iter().collect();
         steps.extend(s.inputs.iter().zip(&windowed).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t) * ipo));
         let gcd = |mut a: u64, mut b: u64| {
@@ -248,6 +259,21 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             let big = s.inputs.iter().max_by_key(|t| storage_bytes(t)).unwrap_or(&s.output);
             return Err(limit_err(big, "input"));
         }
+        // Windows of the gathered input: whole 256-byte units, at most one binding.
+        let gather_windows: Vec<(u64, u64)> = match gathered {
+            Some((k, ..)) => {
+                let t = &s.inputs[k];
+                let e = element_bytes(t);
+                let unit = 256 / gcd(256, e);
+                let span = (bind_limit / e) / unit * unit;
+                let total = t.numel() as u64;
+                if span == 0 {
+                    return Err(limit_err(t, "input"));
+                }
+                (0..total.div_ceil(span)).map(|c| (c * span, ((c + 1) * span).min(total))).collect()
+            }
+            None => vec![(0, 0)],
+        };
         let n = s.output.numel() as u64;
         let per = w.per_thread as u64;
         let mut chunks = Vec::new();
@@ -274,7 +300,17 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             }
             let workgroups = crate::kernels::fold_groups((hi - lo).div_ceil(w.outputs_per_group), &ctx.caps, &s.label)?;
             let out = if out_windowed { range(&s.output, 1) } else { whole(&s.output) };
-            chunks.push(Dispatch { meta, out, inputs, workgroups });
+            for &(glo, ghi) in &gather_windows {
+                let (mut meta, mut inputs) = (meta.clone(), inputs.clone());
+                if let Some((k, base_slot, len_slot)) = gathered {
+                    let e = element_bytes(&s.inputs[k]);
+                    meta[base_slot] = glo as u32;
+                    meta[len_slot] = (ghi - glo) as u32;
+                    inputs[k] =
+                        (glo * e, (((ghi - glo) * e).div_ceil(4) * 4).min(storage_bytes(&s.inputs[k]) - glo * e));
+                }
+                chunks.push(Dispatch { meta, out, inputs, workgroups });
+            }
             lo = hi;
         }
         out.push(chunks);

@@ -109,6 +109,14 @@ pub(crate) struct Gen<'a> {
     pub align: Option<(String, Vec<usize>)>,
     leaf_base: Vec<Option<usize>>,
     leaf_aligned: Vec<bool>,
+    /// Element-wise kernels: a leaf read at other indices (a gather, a slice) gets a
+    /// window-length slot too; loads outside the window set `skip_out`, so a dispatch
+    /// writes only the outputs whose source lies in its window of that leaf.
+    pub gather_windows: bool,
+    leaf_len: Vec<Option<usize>>,
+    /// Whether the window arithmetic is emitted (set after evaluation, when a tensor of
+    /// the kernel exceeds a binding); otherwise the slots exist but loads are plain.
+    pub emit_windows: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -134,6 +142,9 @@ impl<'a> Gen<'a> {
             align: None,
             leaf_base: Vec::new(),
             leaf_aligned: Vec::new(),
+            gather_windows: false,
+            leaf_len: Vec::new(),
+            emit_windows: false,
         }
     }
 
@@ -240,6 +251,11 @@ impl<'a> Gen<'a> {
         });
         self.leaf_base.push(base);
         self.leaf_aligned.push(base.is_some());
+        let len = (self.gather_windows && base.is_some()).then(|| {
+            self.meta.push(t.numel() as u32);
+            self.meta.len() - 1
+        });
+        self.leaf_len.push(len);
         self.leaf_index.insert(t.id(), k);
         if t.dtype() == DType::F16 {
             self.uses_f16 = true;
@@ -253,8 +269,25 @@ impl<'a> Gen<'a> {
         for (k, t) in self.leaves.iter().enumerate() {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
             let qoff = self.leaf_qoff[k].as_deref();
-            let base = self.leaf_base[k].map(|b| format!("m({b}u)"));
-            s.push_str(&load_fn_at(&format!("ld{k}"), &format!("in{k}"), t.dtype(), &self.caps, qoff, base.as_deref()));
+            let base = self.leaf_base[k].filter(|_| self.emit_windows).map(|b| format!("m({b}u)"));
+            match (self.leaf_len[k], self.leaf_aligned[k], &base) {
+                (Some(len), false, Some(b)) => {
+                    // Read through a window [base, base + len): outside it, skip the output.
+                    s.push_str(&load_fn_at(&format!("ld{k}_w"), &format!("in{k}"), t.dtype(), &self.caps, qoff, None));
+                    let ct = compute_type(t.dtype());
+                    s.push_str(&format!(
+                        "fn ld{k}(i: u32) -> {ct} {{\n    let j = i - {b};\n    if (j >= m({len}u)) {{\n        skip_out = true;\n        return {ct}();\n    }}\n    return ld{k}_w(j);\n}}\n"
+                    ));
+                }
+                _ => s.push_str(&load_fn_at(
+                    &format!("ld{k}"),
+                    &format!("in{k}"),
+                    t.dtype(),
+                    &self.caps,
+                    qoff,
+                    base.as_deref(),
+                )),
+            }
         }
         s
     }
@@ -630,6 +663,24 @@ impl<'a> Gen<'a> {
 
     /// Input base slots for [`super::Window`]: the slot of each leaf read only at the
     /// output's own index and holding as many elements as `n`.
+    /// Window (base, length) slots of the leaves read at other indices than the
+    /// output's own ([`Gen::gather_windows`]).
+    pub fn gather_slots(&self) -> Vec<Option<(usize, usize)>> {
+        (0..self.leaves.len())
+            .map(|k| match (self.leaf_base[k], self.leaf_len[k]) {
+                (Some(b), Some(l)) if !self.leaf_aligned[k] => Some((b, l)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Decide [`Gen::emit_windows`]: whether `out_bytes` or any leaf exceeds a binding.
+    pub fn decide_windows(&mut self, out_bytes: u64) {
+        let big = |b: u64| b > self.caps.max_binding;
+        self.emit_windows = self.windows
+            && (big(out_bytes) || self.leaves.iter().any(|t| big(crate::graph::execute::storage_bytes(t))));
+    }
+
     pub fn window_bases(&self, n: usize) -> Vec<Option<usize>> {
         // (For a reduction `n` is its input's element count.)
         self.leaves

@@ -20,7 +20,9 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.slot(0);
     g.slot(0);
     g.windows = true;
+    g.gather_windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
+    g.decide_windows(crate::graph::execute::storage_bytes(root));
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
     let packed = dt == DType::F16 && !caps.native_f16;
@@ -33,12 +35,18 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     src.push_str(&format!("fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n", super::compute_type(dt)));
     let store = match dt {
         DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i - m(2u)] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
-        DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i - m(2u)] = select(0u, 1u, eval_out(i));\n".to_string(),
-        _ => format!(
-            "    if (i >= m(0u)) {{ return; }}\n    out[i - m(2u)] = {}(eval_out(i));\n",
+        // A load outside a gathered input's window (`Gen::gather_windows`) skips the store.
+        DType::Bool if g.emit_windows => "    if (i >= m(0u)) { return; }\n    skip_out = false;\n    let v = select(0u, 1u, eval_out(i));\n    if (skip_out) { return; }\n    out[i - m(2u)] = v;\n".to_string(),
+        DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i] = select(0u, 1u, eval_out(i));\n".to_string(),
+        _ if g.emit_windows => format!(
+            "    if (i >= m(0u)) {{ return; }}\n    skip_out = false;\n    let v = {}(eval_out(i));\n    if (skip_out) {{ return; }}\n    out[i - m(2u)] = v;\n",
             storage_type(dt, caps)
         ),
+        _ => format!("    if (i >= m(0u)) {{ return; }}\n    out[i] = {}(eval_out(i));\n", storage_type(dt, caps)),
     };
+    if g.emit_windows {
+        src.push_str("var<private> skip_out: bool;\n");
+    }
     src.push_str(&format!("fn store_out(i: u32) {{\n{store}}}\n"));
     let threads = if packed { n.div_ceil(2) } else { n } as u64;
     let ept = EPT as u64;
@@ -47,6 +55,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let label = label(&g.ops);
     let workgroups = fold_groups(threads.div_ceil(WG as u64 * ept), caps, &label)?;
     let input_base = g.window_bases(n);
+    let gather = g.gather_slots();
     let mut spec = g.finish(label, src, root, workgroups);
     let per_thread = if packed { 2 } else { 1 };
     spec.window = Some(Window {
@@ -56,6 +65,8 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         per_thread,
         inputs_per_output: 1,
         outputs_per_group: WG as u64 * ept * per_thread as u64,
+        // Packed f16 stores two outputs per word, which may come from two windows.
+        gather: if packed { Vec::new() } else { gather },
     });
     Ok(spec)
 }

@@ -46,6 +46,10 @@ pub struct ShaderCaps {
     /// The largest register tile a matmul invocation computes (rows, columns): chosen
     /// per adapter by `device::autotune`.
     pub matmul_tile: (u8, u8),
+    /// The largest storage binding, in bytes: kernels over larger tensors are rendered
+    /// with window slots so the executor can split them (and only those, since the
+    /// window arithmetic costs a little on every load).
+    pub max_binding: u64,
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).
@@ -128,6 +132,10 @@ pub struct Window {
     pub inputs_per_output: u64,
     /// Output elements one workgroup covers.
     pub outputs_per_group: u64,
+    /// Per input read at other indices (element-wise kernels): its window base and
+    /// length slots. Such an input larger than a binding is bound one window per
+    /// dispatch, and each dispatch writes only the outputs whose source lies in it.
+    pub gather: Vec<Option<(usize, usize)>>,
 }
 
 impl KernelSpec {

@@ -66,6 +66,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let xi = Ix::coords(xc);
     g.align = Some((xi.key(), x.dims().to_vec()));
     let v = g.eval(x, &xi, false);
+    g.decide_windows(crate::graph::execute::storage_bytes(root));
     let body = std::mem::take(&mut g.body);
 
     let ct = compute_type(x.dtype());
@@ -103,6 +104,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             per_thread: 1,
             inputs_per_output: len as u64,
             outputs_per_group: if small { WG as u64 } else { 1 },
+            gather: Vec::new(),
         });
     }
     Ok(spec)

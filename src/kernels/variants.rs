@@ -6,13 +6,23 @@
 use super::{KernelSpec, ShaderCaps};
 use crate::{DType, Device, Result, Tensor};
 
-/// The two storage conventions for f16.
-pub fn all_caps() -> [ShaderCaps; 4] {
+/// The two storage conventions for f16, both matmul families, and (with a zero binding
+/// limit) the windowed forms of element-wise kernels and reductions.
+pub fn all_caps() -> [ShaderCaps; 6] {
+    let caps = |native_f16, direct_matmul, matmul_tile, max_binding| ShaderCaps {
+        native_f16,
+        max_workgroups: 65535,
+        direct_matmul,
+        matmul_tile,
+        max_binding,
+    };
     [
-        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: false, matmul_tile: (4, 4) },
-        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: false, matmul_tile: (4, 4) },
-        ShaderCaps { native_f16: true, max_workgroups: 65535, direct_matmul: true, matmul_tile: (8, 4) },
-        ShaderCaps { native_f16: false, max_workgroups: 65535, direct_matmul: true, matmul_tile: (8, 4) },
+        caps(true, false, (4, 4), 1 << 30),
+        caps(false, false, (4, 4), 1 << 30),
+        caps(true, true, (8, 4), 1 << 30),
+        caps(false, true, (8, 4), 1 << 30),
+        caps(true, false, (4, 4), 0),
+        caps(false, true, (8, 4), 0),
     ]
 }
 
