@@ -14,7 +14,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     var acc = acc_identity();
     if (o < n_out) {
         for (var r = t; r < len; r += RWG) {
-            acc = combine(acc, Acc(reduce_input(o, r), r));
+            skip_out = false;
+        let x = reduce_input(o, r);
+        // A load outside this dispatch's window of a split input contributes nothing.
+        if (!WINDOWED || !skip_out) {
+            acc = combine(acc, Acc(x, r));
+        }
         }
     }
     partial[t] = acc;

@@ -408,7 +408,8 @@ fn split_cases(dev: &Device) {
             assert!((prod[r * 64 + c] as f64 - want).abs() <= 1e-3 * want.abs().max(1.0), "C[{r},{c}]");
         }
     }
-    // The rest either split correctly or say they cannot, naming the kernel and limit.
+    // The rest either split correctly or say they cannot, naming the kernel and limit
+    // (today only a matmul whose B exceeds a binding cannot).
     let ones = Tensor::ones([1000, 2], DType::F32, &dev);
     let col_sums: Vec<f64> = (0..1000).map(|c| (0..700).map(|r| host[r * 1000 + c] as f64).sum()).collect();
     let row_sums: Vec<f64> = (0..700).map(|r| host[r * 1000..(r + 1) * 1000].iter().map(|&v| v as f64).sum()).collect();
@@ -426,8 +427,13 @@ fn split_cases(dev: &Device) {
         ("a copy of a slice", stored.slice(0, 1, 700, 1) * 1.0, tail),
         ("reduction over a leading axis", stored.sum(&[0], false), col_sums.clone()),
         ("reduction over everything", stored.sum(&[0, 1], false), vec![col_sums.iter().sum()]),
-        ("a thin matmul (C^T on CPU adapters)", stored.matmul(&ones), thin),
+        ("a thin matmul", stored.matmul(&ones), thin),
         ("a matmul with a transposed A", stored.t().matmul(&Tensor::ones([700, 64], DType::F32, &dev)), t_prod),
+        (
+            "a matmul with a large B",
+            Tensor::ones([2, 700], DType::F32, &dev).matmul(&stored),
+            [col_sums.clone(), col_sums.clone()].concat(),
+        ),
     ];
     for (what, t, want) in cases {
         match t.to_f64_vec_blocking() {

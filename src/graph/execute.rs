@@ -2,7 +2,7 @@
 //! command encoder, submit once, and read back only what was asked for.
 
 use super::plan;
-use super::schedule::{buffer_source, matmul_operand, schedule, KernelKind};
+use super::schedule::{buffer_source, matmul_operand, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
@@ -24,7 +24,7 @@ pub(crate) fn plan_kernels(
     max_inputs: usize,
     targets: &[Tensor],
 ) -> Result<Vec<KernelSpec>> {
-    let sched = schedule(targets, max_inputs);
+    let sched = super::schedule::schedule_with(targets, max_inputs, caps.max_binding);
     let is_leaf = |t: &Tensor| sched.is_buffer(t);
     let mut specs = Vec::with_capacity(sched.kernels.len());
     for k in &sched.kernels {
@@ -191,7 +191,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         let limit_err = |t: &Tensor, role: &str| {
             Error::Limit {
             what: format!(
-                "kernel {} {role} of shape {:?} in one storage binding (kernels split into windows: element-wise ones, and reductions over trailing axes whose rows fit)",
+                "kernel {} {role} of shape {:?} in one storage binding (element-wise kernels, reductions and matmuls split into windows, but a matmul's B and the operands of attention, softmax and norm kernels must fit one)",
                 s.label,
                 t.dims()
             ),
@@ -221,8 +221,10 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         let mut gathered: Option<(usize, usize, usize)> = None;
         for (k, (t, base)) in s.inputs.iter().zip(&w.input_base).enumerate() {
             if base.is_none() && storage_bytes(t) > bind_limit {
+                // A reduction can only add up partial results where they combine.
+                let ok = !w.reduces || w.accumulate.is_some();
                 match (w.gather.get(k).copied().flatten(), gathered) {
-                    (Some((b, l)), None) => gathered = Some((k, b, l)),
+                    (Some((b, l)), None) if ok => gathered = Some((k, b, l)),
                     _ => return Err(limit_err(t, "input")),
                 }
             }
@@ -233,7 +235,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         // Only bindings that do not fit whole are windowed.
         let ipo = w.inputs_per_output;
         let out_windowed = bytes > bind_limit;
-        let windowed: Vec<Option<usize>> = s
+        let mut windowed: Vec<Option<usize>> = s
             .inputs
             .iter()
             .zip(&w.input_base)
@@ -254,10 +256,23 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             grain = grain / gcd(grain, g) * g;
         }
         let widest = steps.iter().copied().max().unwrap_or(4);
-        let chunk = (bind_limit / widest) / grain * grain;
+        let mut chunk = (bind_limit / widest) / grain * grain;
         if chunk == 0 {
-            let big = s.inputs.iter().max_by_key(|t| storage_bytes(t)).unwrap_or(&s.output);
-            return Err(limit_err(big, "input"));
+            // Rows longer than a binding (a reduction over everything, say): reduce the
+            // one large input window by window into the output, combining as it goes.
+            let big: Vec<usize> = (0..s.inputs.len()).filter(|&k| windowed[k].is_some()).collect();
+            match (big.as_slice(), gathered, w.accumulate, out_windowed) {
+                (&[k], None, Some(_), false) if w.gather.get(k).copied().flatten().is_some() => {
+                    let (b, l) = w.gather[k].unwrap_or_default();
+                    gathered = Some((k, b, l));
+                    windowed[k] = None;
+                    chunk = s.output.numel().max(1) as u64;
+                }
+                _ => {
+                    let big = s.inputs.iter().max_by_key(|t| storage_bytes(t)).unwrap_or(&s.output);
+                    return Err(limit_err(big, "input"));
+                }
+            }
         }
         // Windows of the gathered input: whole 256-byte units, at most one binding.
         let gather_windows: Vec<(u64, u64)> = match gathered {
@@ -300,8 +315,11 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             }
             let workgroups = crate::kernels::fold_groups((hi - lo).div_ceil(w.outputs_per_group), &ctx.caps, &s.label)?;
             let out = if out_windowed { range(&s.output, 1) } else { whole(&s.output) };
-            for &(glo, ghi) in &gather_windows {
+            for (gi, &(glo, ghi)) in gather_windows.iter().enumerate() {
                 let (mut meta, mut inputs) = (meta.clone(), inputs.clone());
+                if let Some(slot) = w.accumulate {
+                    meta[slot] = u32::from(gi > 0);
+                }
                 if let Some((k, base_slot, len_slot)) = gathered {
                     let e = element_bytes(&s.inputs[k]);
                     meta[base_slot] = glo as u32;

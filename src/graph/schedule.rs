@@ -130,6 +130,13 @@ pub fn topo_order(targets: &[Tensor]) -> Vec<Tensor> {
 /// Group the graph under `targets` into kernels. `max_inputs` is the most storage
 /// buffers one kernel may read.
 pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
+    schedule_with(targets, max_inputs, u64::MAX)
+}
+
+/// [`schedule`] for a device whose storage bindings hold at most `max_binding` bytes:
+/// a transposed matmul A larger than that is materialised (a copy that splits into
+/// windows) so the product can split by rows.
+pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64) -> Schedule {
     let order = topo_order(targets);
     let mut mat: HashSet<u64> = HashSet::new();
     for t in targets {
@@ -144,9 +151,19 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
             }
             Op::Matmul => {
                 mat.insert(t.id());
-                for i in &t.node().inputs {
-                    if matmul_operand(i, &mat).is_none() {
-                        mat.insert(i.id());
+                for (j, i) in t.node().inputs.iter().enumerate() {
+                    match matmul_operand(i, &mat) {
+                        None => {
+                            mat.insert(i.id());
+                        }
+                        Some((b, true))
+                            if j == 0
+                                && !b.dtype().is_quantized()
+                                && crate::graph::execute::storage_bytes(&b) > max_binding =>
+                        {
+                            mat.insert(i.id());
+                        }
+                        Some(_) => {}
                     }
                 }
             }

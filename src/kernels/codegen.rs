@@ -117,6 +117,9 @@ pub(crate) struct Gen<'a> {
     /// Whether the window arithmetic is emitted (set after evaluation, when a tensor of
     /// the kernel exceeds a binding); otherwise the slots exist but loads are plain.
     pub emit_windows: bool,
+    /// Reductions: every windowed leaf's loads are checked against its window (the
+    /// input may be split either by rows or as a whole).
+    pub check_all_windows: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -145,6 +148,7 @@ impl<'a> Gen<'a> {
             gather_windows: false,
             leaf_len: Vec::new(),
             emit_windows: false,
+            check_all_windows: false,
         }
     }
 
@@ -270,7 +274,7 @@ impl<'a> Gen<'a> {
             s.push_str(&input_binding(k, t.dtype(), &self.caps));
             let qoff = self.leaf_qoff[k].as_deref();
             let base = self.leaf_base[k].filter(|_| self.emit_windows).map(|b| format!("m({b}u)"));
-            match (self.leaf_len[k], self.leaf_aligned[k], &base) {
+            match (self.leaf_len[k], self.leaf_aligned[k] && !self.check_all_windows, &base) {
                 (Some(len), false, Some(b)) => {
                     // Read through a window [base, base + len): outside it, skip the output.
                     s.push_str(&load_fn_at(&format!("ld{k}_w"), &format!("in{k}"), t.dtype(), &self.caps, qoff, None));
@@ -668,7 +672,7 @@ impl<'a> Gen<'a> {
     pub fn gather_slots(&self) -> Vec<Option<(usize, usize)>> {
         (0..self.leaves.len())
             .map(|k| match (self.leaf_base[k], self.leaf_len[k]) {
-                (Some(b), Some(l)) if !self.leaf_aligned[k] => Some((b, l)),
+                (Some(b), Some(l)) if !self.leaf_aligned[k] || self.check_all_windows => Some((b, l)),
                 _ => None,
             })
             .collect()

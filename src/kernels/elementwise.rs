@@ -67,6 +67,8 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         outputs_per_group: WG as u64 * ept * per_thread as u64,
         // Packed f16 stores two outputs per word, which may come from two windows.
         gather: if packed { Vec::new() } else { gather },
+        accumulate: None,
+        reduces: false,
     });
     Ok(spec)
 }

@@ -26,7 +26,9 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     let ((mut a, mut trans_a), (mut b, mut trans_b)) = (a, b);
     // The direct kernel spreads lanes over columns; a thin C (few columns, more rows)
     // is computed as C^T = B^T A^T and stored transposed, so the lanes are not idle.
-    let swap = caps.direct_matmul && n < 64 && m > n;
+    // (Not when an operand exceeds a storage binding: the product then splits by rows.)
+    let fits = [&a, &b, root].iter().all(|t| crate::graph::execute::storage_bytes(t) <= caps.max_binding);
+    let swap = caps.direct_matmul && n < 64 && m > n && fits;
     if swap {
         std::mem::swap(&mut a, &mut b);
         (trans_a, trans_b) = (!trans_b, !trans_a);

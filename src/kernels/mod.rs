@@ -136,6 +136,13 @@ pub struct Window {
     /// length slots. Such an input larger than a binding is bound one window per
     /// dispatch, and each dispatch writes only the outputs whose source lies in it.
     pub gather: Vec<Option<(usize, usize)>>,
+    /// Reductions: the slot that makes a dispatch combine its result with what the
+    /// output already holds (set on every input window after the first), or `None`
+    /// where the result cannot be combined (argmax, argmin). Element-wise: `None`.
+    pub accumulate: Option<usize>,
+    /// Whether this is a reduction (loads outside a window then contribute nothing,
+    /// rather than skipping a store).
+    pub reduces: bool,
 }
 
 impl KernelSpec {

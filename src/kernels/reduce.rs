@@ -35,7 +35,11 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     // (0 unless the executor splits a reduction over trailing axes into windows).
     g.slot(0);
     g.slot(0);
+    // meta[4]: combine with the output's current value (a later window of the input).
+    g.slot(0);
     g.windows = true;
+    g.gather_windows = true;
+    g.check_all_windows = true;
 
     // Output coordinates from o, reduced coordinates from r, merged into x's coordinates.
     let oc = g.coords(&Ix::lin("o"), root);
@@ -81,7 +85,16 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         ReduceOp::ArgMax | ReduceOp::ArgMin => "i32(a.i)",
         _ => "a.v",
     };
-    src.push_str(&format!("fn store_result(o: u32, a: Acc) {{\n    out[o - m(3u)] = {store};\n}}\n"));
+    let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+    src.push_str(&format!("const WINDOWED: bool = {};\nvar<private> skip_out: bool;\n", g.emit_windows));
+    let merge = if arg {
+        ""
+    } else {
+        "    if (WINDOWED && m(4u) != 0u) {\n        a = combine(Acc(out[o - m(3u)], 0u), a);\n    }\n"
+    };
+    src.push_str(&format!(
+        "fn store_result(o: u32, acc: Acc) {{\n    var a = acc;\n{merge}    out[o - m(3u)] = {store};\n}}\n"
+    ));
     let small = len <= SMALL_LEN;
     if !small {
         src.push_str(&format!("const RWG: u32 = {}u;\n", reduce_workgroup(n_out)));
@@ -94,19 +107,20 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     // Over trailing axes, a run of outputs reads one contiguous run of the input, so
     // the reduction can be split into windows.
     let trailing = axes.iter().enumerate().all(|(j, &a)| a == x.rank() - axes.len() + j);
-    let input_base = g.window_bases(x.numel());
+    let input_base = if trailing { g.window_bases(x.numel()) } else { vec![None; g.leaves.len()] };
+    let gather = g.gather_slots();
     let mut spec = g.finish(label, src, root, workgroups);
-    if trailing {
-        spec.window = Some(super::Window {
-            first: 2,
-            out_base: 3,
-            input_base,
-            per_thread: 1,
-            inputs_per_output: len as u64,
-            outputs_per_group: if small { WG as u64 } else { 1 },
-            gather: Vec::new(),
-        });
-    }
+    spec.window = Some(super::Window {
+        first: 2,
+        out_base: 3,
+        input_base,
+        per_thread: 1,
+        inputs_per_output: len as u64,
+        outputs_per_group: if small { WG as u64 } else { 1 },
+        gather,
+        accumulate: (!arg).then_some(4),
+        reduces: true,
+    });
     Ok(spec)
 }
 
