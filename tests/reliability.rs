@@ -398,6 +398,11 @@ fn split_cases(dev: &Device) {
     for (q, m) in maxes.iter().enumerate() {
         assert_eq!(*m, host[q * 10_000..(q + 1) * 10_000].iter().cloned().fold(f32::MIN, f32::max));
     }
+    // Softmax and layer norm over rows of a large tensor take their compositions.
+    let sm = stored.softmax(-1).sum(&[1], false).to_vec_blocking::<f32>().unwrap();
+    assert!(sm.iter().all(|&v| (v - 1.0).abs() < 1e-4), "softmax rows must sum to 1");
+    let ln = stored.layer_norm(None, None, 1e-5).mean(&[1], false).to_vec_blocking::<f32>().unwrap();
+    assert!(ln.iter().all(|&v| v.abs() < 1e-3), "layer-norm rows must have mean 0");
     // Matrix products split by rows of A and C, with B bound whole.
     let wcols: Vec<f32> = (0..64_000).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
     let w = Tensor::from_slice(&wcols, [1000, 64], &dev);

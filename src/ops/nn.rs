@@ -337,6 +337,7 @@ fn fused_norm(x: &Tensor, rms: bool, eps: f64, w: Option<&Tensor>, b: Option<&Te
         || !fits(w)
         || !fits(b)
         || std::env::var("TESSERA_FUSED_NORM").as_deref() == Ok("0")
+        || x.exceeds_binding()
     {
         return None;
     }

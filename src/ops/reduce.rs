@@ -97,11 +97,20 @@ impl Tensor {
         })())
     }
 
+    /// Whether this tensor is larger than one storage binding of its device: the
+    /// one-kernel forms (softmax, norms) then give way to compositions, which split.
+    pub(crate) fn exceeds_binding(&self) -> bool {
+        self.dtype().storage_bytes(self.numel()) > self.device().capabilities().max_storage_buffer_binding_size
+    }
+
     /// The one-kernel softmax (`Op::Softmax`) for f32 along a valid axis; other dtypes
     /// (and bad axes, which the composition reports) take the composition.
     fn fused_softmax(&self, axis: isize, log: bool, loc: Loc) -> Option<Tensor> {
         let axis = crate::shape::normalize_axis(axis, self.rank())?;
-        if self.dtype() != DType::F32 || std::env::var("TESSERA_FUSED_SOFTMAX").as_deref() == Ok("0") {
+        if self.dtype() != DType::F32
+            || std::env::var("TESSERA_FUSED_SOFTMAX").as_deref() == Ok("0")
+            || self.exceeds_binding()
+        {
             return None;
         }
         Some(Tensor::make_at(
