@@ -19,17 +19,22 @@ have_loader() { local libs; libs=$(ldconfig -p 2>/dev/null || true); [[ "$libs" 
 if ! have_icd || ! have_loader; then
   apt_missing+=(mesa-vulkan-drivers libvulkan1)
 fi
-if [ ${#apt_missing[@]} -gt 0 ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    log "installing ${apt_missing[*]}"
+# apt_install WHAT-FOR PRESENT-MESSAGE PACKAGE...: install the packages (none: say so).
+apt_install() {
+  local what=$1 present=$2
+  shift 2
+  if [ $# -eq 0 ]; then
+    log "$present"
+  elif command -v apt-get >/dev/null 2>&1; then
+    log "installing $*"
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
   else
-    log "no apt-get: install a Vulkan driver (Mesa lavapipe) by hand"
+    log "no apt-get: install $* by hand ($what)"
   fi
-else
-  log "Vulkan driver present"
-fi
+}
+
+apt_install "a Vulkan driver, Mesa's lavapipe" "Vulkan driver present" "${apt_missing[@]}"
 
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup target list --installed | grep -qx 'wasm32-unknown-unknown'; then
@@ -48,14 +53,4 @@ command -v wasm-opt >/dev/null 2>&1 || web_missing+=(binaryen)
 if [ "${TESSERA_SKIP_CHROMIUM:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
   web_missing+=(chromium)
 fi
-if [ ${#web_missing[@]} -gt 0 ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    log "installing ${web_missing[*]}"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${web_missing[@]}" >/dev/null
-  else
-    log "no apt-get: install ${web_missing[*]} by hand for the browser package"
-  fi
-else
-  log "wasm-opt and chromium present"
-fi
+apt_install "the browser package" "wasm-opt and chromium present" "${web_missing[@]}"
