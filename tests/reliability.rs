@@ -439,6 +439,11 @@ fn split_cases(dev: &Device) {
             Tensor::ones([2, 700], DType::F32, &dev).matmul(&stored),
             [col_sums.clone(), col_sums.clone()].concat(),
         ),
+        (
+            "x @ w.t() with a large w",
+            Tensor::ones([3, 1000], DType::F32, &dev).matmul(&stored.t()),
+            [row_sums.clone(), row_sums.clone(), row_sums.clone()].concat(),
+        ),
     ];
     for (what, t, want) in cases {
         match t.to_f64_vec_blocking() {

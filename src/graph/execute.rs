@@ -191,7 +191,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         let limit_err = |t: &Tensor, role: &str| {
             Error::Limit {
             what: format!(
-                "kernel {} {role} of shape {:?} in one storage binding (element-wise kernels, reductions and matmuls split into windows, but a matmul's B and the fused attention kernel's operands must fit one)",
+                "kernel {} {role} of shape {:?} in one storage binding (element-wise kernels, reductions and matmuls split into windows; a quantised matmul B and the fused attention kernel's operands must fit one)",
                 s.label,
                 t.dims()
             ),

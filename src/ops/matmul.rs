@@ -55,9 +55,30 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     let mut out = batch.clone();
     out.extend([m, n]);
     super::check_numel("matmul", &out, loc)?;
-    let mut y = match split_k_factor(&batch, m, n, k, a.dtype(), b.dtype()) {
-        Some(s) => split_k(&a3, &b3, s, m, n, k, r, loc),
-        None => Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc),
+    // A B larger than one storage binding (a GPU binds B whole): products with column
+    // blocks of B, each under half a binding, concatenated. The block copies and the
+    // concatenation are element-wise kernels, which split into windows themselves.
+    let limit = a.device().capabilities().max_storage_buffer_binding_size;
+    let b_bytes = b3.dtype().storage_bytes(b3.numel());
+    let blocks = (!a.device().is_cpu() && b3.dtype().is_float() && b_bytes > limit && n > 1)
+        .then(|| (b_bytes.div_ceil((limit / 2).max(1)) as usize).min(n));
+    let mut y = match (blocks, split_k_factor(&batch, m, n, k, a.dtype(), b.dtype())) {
+        (Some(blocks), _) => {
+            let w = n.div_ceil(blocks);
+            let parts: Vec<Tensor> = (0..n)
+                .step_by(w)
+                .map(|lo| {
+                    let cols = w.min(n - lo);
+                    let mut shape = batch.clone();
+                    shape.extend([m, cols]);
+                    let bj = b3.narrow(-1, lo, cols);
+                    Tensor::make_at(Op::Matmul, vec![a3.clone(), bj], Shape(shape), DType::F32, a.device(), loc)
+                })
+                .collect();
+            Tensor::concat(&parts, -1)
+        }
+        (None, Some(s)) => split_k(&a3, &b3, s, m, n, k, r, loc),
+        (None, None) => Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc),
     };
     if out_dt == DType::F16 {
         y = y.cast_at(DType::F16, loc);
