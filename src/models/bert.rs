@@ -505,6 +505,9 @@ impl SentenceEmbedder {
 
     /// Embeddings of `texts`, one `Vec` of `hidden` floats each.
     pub async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
         let ids = self.tokenize(texts)?;
         let e = self.embed_ids(&ids);
         let h = self.model.config.hidden_size;

@@ -279,13 +279,19 @@ test("the embedder matches native embeddings within 1e-4", async () => {
     const loadMs = performance.now() - t0;
     const t1 = performance.now();
     const e = await embedder.embed(texts);
-    return { stages, loadMs, embedMs: performance.now() - t1, e: e.map((v) => Array.from(v)), ids: texts.map((t) => Array.from(embedder.tokenize(t))), dim: embedder.dim };
+    const embedMs = performance.now() - t1;
+    const empty = (await embedder.embed([])).length;
+    let notStrings;
+    try { await embedder.embed([1, 2]); notStrings = "no error"; } catch (err) { notStrings = err.message; }
+    return { stages, loadMs, embedMs, e: e.map((v) => Array.from(v)), ids: texts.map((t) => Array.from(embedder.tokenize(t))), dim: embedder.dim, empty, notStrings };
   }, native.texts);
   let worst = 0;
   r.e.forEach((row, i) => row.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - native.embeddings[i][j])))));
   console.log(`  ${r.e.length} sentences, dim ${r.dim}; max |browser - native| = ${worst.toExponential(2)}; ` +
     `load ${r.loadMs.toFixed(0)} ms, embed ${r.embedMs.toFixed(0)} ms; progress: ${r.stages.join(" ")}`);
   assert(JSON.stringify(r.ids) === JSON.stringify(native.token_ids), "token ids differ from native");
+  assert(r.empty === 0, `embed([]) gave ${r.empty} rows`);
+  assert(/texts\[0\] is not a string/.test(r.notStrings), r.notStrings);
   assert(worst <= 1e-4, `max difference ${worst}`);
   assert(r.stages.at(-1) === "ready:1" && r.stages.length >= 5, `progress ${r.stages}`);
   await page.context().close();
