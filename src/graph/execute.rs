@@ -96,6 +96,28 @@ fn element_bytes(t: &Tensor) -> u64 {
     t.dtype().storage_bytes(1024).div_ceil(1024).max(1)
 }
 
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `grain` widened so that a window starting at any multiple of it, in units of
+/// `unit_bytes`, begins on a 256-byte boundary (the largest offset alignment WebGPU
+/// allows).
+fn aligned_grain(grain: u64, unit_bytes: u64) -> u64 {
+    let g = 256 / gcd(256, unit_bytes.max(1));
+    grain / gcd(grain, g) * g
+}
+
+/// The bytes of `t`'s buffer that units `lo..hi` of `unit_bytes` each occupy, rounded up
+/// to whole words and kept inside the buffer.
+fn window_bytes(t: &Tensor, lo: u64, hi: u64, unit_bytes: u64) -> (u64, u64) {
+    let start = lo * unit_bytes;
+    (start, ((hi - lo) * unit_bytes).div_ceil(4).saturating_mul(4).min(storage_bytes(t) - start))
+}
+
 /// A matrix product as dispatches over row blocks of A and C (B bound whole), or `None`
 /// when B does not fit one binding or a single block of rows does not.
 fn row_dispatches(
@@ -109,16 +131,8 @@ fn row_dispatches(
         return None;
     }
     let (ea, ec) = (element_bytes(a) * rs.a_row, element_bytes(&s.output) * rs.c_row);
-    let gcd = |mut x: u64, mut y: u64| {
-        while y != 0 {
-            (x, y) = (y, x % y);
-        }
-        x
-    };
     // Row blocks start where both offsets are multiples of 256 bytes.
-    let ga = 256 / gcd(256, ea.max(1));
-    let gc = 256 / gcd(256, ec.max(1));
-    let grain = ga / gcd(ga, gc) * gc;
+    let grain = aligned_grain(aligned_grain(1, ea), ec);
     let chunk = (bind_limit / ea.max(ec).max(1)) / grain * grain;
     if chunk == 0 {
         return None;
@@ -130,10 +144,6 @@ fn row_dispatches(
         let hi = (lo + chunk).min(rows);
         let mut meta = s.meta.clone();
         meta[rs.m_slot] = (hi - lo) as u32;
-        let range = |t: &Tensor, row_bytes: u64| {
-            let start = lo * row_bytes;
-            (start, (((hi - lo) * row_bytes).div_ceil(4) * 4).min(storage_bytes(t) - start))
-        };
         let y = (hi - lo).div_ceil(rs.rows_per_group);
         if y > ctx.caps.max_workgroups as u64 {
             return Some(Err(Error::Limit {
@@ -144,8 +154,8 @@ fn row_dispatches(
         }
         out.push(Dispatch {
             meta,
-            out: range(&s.output, ec),
-            inputs: vec![range(a, ea), (0, storage_bytes(b))],
+            out: window_bytes(&s.output, lo, hi, ec),
+            inputs: vec![window_bytes(a, lo, hi, ea), (0, storage_bytes(b))],
             workgroups: [s.workgroups[0], y as u32, s.workgroups[2]],
         });
         lo = hi;
@@ -244,17 +254,8 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             .collect();
         let mut steps: Vec<u64> = out_windowed.then(|| element_bytes(&s.output)).into_iter().collect();
         steps.extend(s.inputs.iter().zip(&windowed).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t) * ipo));
-        let gcd = |mut a: u64, mut b: u64| {
-            while b != 0 {
-                (a, b) = (b, a % b);
-            }
-            a
-        };
-        let mut grain = w.outputs_per_group.max(w.per_thread as u64).max(1);
-        for &st in &steps {
-            let g = 256 / gcd(256, st);
-            grain = grain / gcd(grain, g) * g;
-        }
+        let grain =
+            steps.iter().fold(w.outputs_per_group.max(w.per_thread as u64).max(1), |g, &st| aligned_grain(g, st));
         let widest = steps.iter().copied().max().unwrap_or(4);
         let mut chunk = (bind_limit / widest) / grain * grain;
         if chunk == 0 {
@@ -279,7 +280,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             Some((k, ..)) => {
                 let t = &s.inputs[k];
                 let e = element_bytes(t);
-                let unit = 256 / gcd(256, e);
+                let unit = aligned_grain(1, e);
                 let span = (bind_limit / e) / unit * unit;
                 let total = t.numel() as u64;
                 if span == 0 {
@@ -298,34 +299,28 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             let mut meta = s.meta.clone();
             meta[w.first] = (lo / per) as u32;
             meta[w.out_base] = if out_windowed { (lo / per) as u32 } else { 0 };
-            let range = |t: &Tensor, per_out: u64| {
-                let e = element_bytes(t);
-                let start = lo * per_out * e;
-                (start, (((hi - lo) * per_out * e).div_ceil(4) * 4).min(storage_bytes(t) - start))
-            };
             let mut inputs = Vec::with_capacity(s.inputs.len());
             for (t, base) in s.inputs.iter().zip(&windowed) {
                 match base {
                     Some(slot) => {
                         meta[*slot] = (lo * ipo) as u32;
-                        inputs.push(range(t, ipo));
+                        inputs.push(window_bytes(t, lo, hi, element_bytes(t) * ipo));
                     }
                     None => inputs.push(whole(t)),
                 }
             }
             let workgroups = crate::kernels::fold_groups((hi - lo).div_ceil(w.outputs_per_group), &ctx.caps, &s.label)?;
-            let out = if out_windowed { range(&s.output, 1) } else { whole(&s.output) };
+            let out =
+                if out_windowed { window_bytes(&s.output, lo, hi, element_bytes(&s.output)) } else { whole(&s.output) };
             for (gi, &(glo, ghi)) in gather_windows.iter().enumerate() {
                 let (mut meta, mut inputs) = (meta.clone(), inputs.clone());
                 if let Some(slot) = w.accumulate {
                     meta[slot] = u32::from(gi > 0);
                 }
                 if let Some((k, base_slot, len_slot)) = gathered {
-                    let e = element_bytes(&s.inputs[k]);
                     meta[base_slot] = glo as u32;
                     meta[len_slot] = (ghi - glo) as u32;
-                    inputs[k] =
-                        (glo * e, (((ghi - glo) * e).div_ceil(4) * 4).min(storage_bytes(&s.inputs[k]) - glo * e));
+                    inputs[k] = window_bytes(&s.inputs[k], glo, ghi, element_bytes(&s.inputs[k]));
                 }
                 chunks.push(Dispatch { meta, out, inputs, workgroups });
             }

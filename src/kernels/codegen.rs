@@ -109,10 +109,9 @@ pub(crate) struct Gen<'a> {
     pub align: Option<(String, Vec<usize>)>,
     leaf_base: Vec<Option<usize>>,
     leaf_aligned: Vec<bool>,
-    /// Element-wise kernels: a leaf read at other indices (a gather, a slice) gets a
-    /// window-length slot too; loads outside the window set `skip_out`, so a dispatch
-    /// writes only the outputs whose source lies in its window of that leaf.
-    pub gather_windows: bool,
+    /// Per leaf in window mode: a window-length slot. A leaf read at other indices (a
+    /// gather, a slice) is loaded through its window, and loads outside it set
+    /// `skip_out`, so a dispatch writes (or, in a reduction, counts) only what lies in it.
     leaf_len: Vec<Option<usize>>,
     /// Whether the window arithmetic is emitted (set after evaluation, when a tensor of
     /// the kernel exceeds a binding); otherwise the slots exist but loads are plain.
@@ -145,7 +144,6 @@ impl<'a> Gen<'a> {
             align: None,
             leaf_base: Vec::new(),
             leaf_aligned: Vec::new(),
-            gather_windows: false,
             leaf_len: Vec::new(),
             emit_windows: false,
             check_all_windows: false,
@@ -255,7 +253,7 @@ impl<'a> Gen<'a> {
         });
         self.leaf_base.push(base);
         self.leaf_aligned.push(base.is_some());
-        let len = (self.gather_windows && base.is_some()).then(|| {
+        let len = base.is_some().then(|| {
             self.meta.push(t.numel() as u32);
             self.meta.len() - 1
         });
@@ -668,7 +666,7 @@ impl<'a> Gen<'a> {
     /// Input base slots for [`super::Window`]: the slot of each leaf read only at the
     /// output's own index and holding as many elements as `n`.
     /// Window (base, length) slots of the leaves read at other indices than the
-    /// output's own ([`Gen::gather_windows`]).
+    /// output's own (see `leaf_len`).
     pub fn gather_slots(&self) -> Vec<Option<(usize, usize)>> {
         (0..self.leaves.len())
             .map(|k| match (self.leaf_base[k], self.leaf_len[k]) {

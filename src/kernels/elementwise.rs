@@ -20,7 +20,6 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.slot(0);
     g.slot(0);
     g.windows = true;
-    g.gather_windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     g.decide_windows(crate::graph::execute::storage_bytes(root));
     let body = std::mem::take(&mut g.body);
@@ -35,7 +34,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     src.push_str(&format!("fn eval_out(i: u32) -> {} {{\n{body}    return {v};\n}}\n", super::compute_type(dt)));
     let store = match dt {
         DType::F16 if packed => "    let j = 2u * i;\n    if (j >= m(0u)) { return; }\n    let a = eval_out(j);\n    var b = 0.0;\n    if (j + 1u < m(0u)) { b = eval_out(j + 1u); }\n    out[i - m(2u)] = pack2x16float(vec2<f32>(a, b));\n".to_string(),
-        // A load outside a gathered input's window (`Gen::gather_windows`) skips the store.
+        // A load outside a gathered input's window (`Gen::leaf_len`) skips the store.
         DType::Bool if g.emit_windows => "    if (i >= m(0u)) { return; }\n    skip_out = false;\n    let v = select(0u, 1u, eval_out(i));\n    if (skip_out) { return; }\n    out[i - m(2u)] = v;\n".to_string(),
         DType::Bool => "    if (i >= m(0u)) { return; }\n    out[i] = select(0u, 1u, eval_out(i));\n".to_string(),
         _ if g.emit_windows => format!(

@@ -38,7 +38,6 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     // meta[4]: combine with the output's current value (a later window of the input).
     g.slot(0);
     g.windows = true;
-    g.gather_windows = true;
     g.check_all_windows = true;
 
     // Output coordinates from o, reduced coordinates from r, merged into x's coordinates.

@@ -91,9 +91,6 @@ impl Tessera {
                  enable WebGPU (chrome://flags/#enable-unsafe-webgpu), or try another browser"
             ))
         })?;
-        if device.is_cpu() {
-            return Err(JsError::new(NO_WEBGPU));
-        }
         let info = device.info().clone();
         DEVICE.with(|d| *d.borrow_mut() = Some(device));
         Ok(Tessera { info })
