@@ -426,6 +426,8 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         }
         Op::Im2col { window, .. } => one(g.col2im(*window, x().dims()[2], x().dims()[3])),
         Op::Col2im { window } => one(g.im2col(*window, 0.0)),
+        // Rounding to a grid has no useful derivative: quantisation stops gradients.
+        Op::Quantize => vec![None],
         Op::Norm { rms, eps, weight, bias } => {
             // n = normalised x (recomputed), y = n * w + b.
             let x = x();

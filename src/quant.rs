@@ -18,7 +18,7 @@ impl Tensor {
     pub fn from_quantized(dtype: DType, shape: impl Into<Shape>, blocks: &[u8], device: &Device) -> Tensor {
         let loc = Location::caller();
         let shape = shape.into();
-        match check_blocks(dtype, &shape, blocks.len(), loc) {
+        match check_blocks("from_quantized", dtype, &shape, blocks.len(), loc) {
             Ok(()) => device.upload_quantized(blocks, shape, dtype),
             Err(e) => Tensor::failed(e, dtype, device),
         }
@@ -40,6 +40,41 @@ impl Tensor {
         Ok(gpu_to_blocks(self.dtype(), &bytes, self.numel()))
     }
 
+    /// Quantise f32 or f16 values to Q8_0 or Q4_0 on the device (lazy, one kernel, with
+    /// the expression producing the values fused in), by the same algorithm as
+    /// [`quantize`]. The last axis must be a multiple of 32. `cast` to a block format
+    /// does the same.
+    #[track_caller]
+    pub fn quantize(&self, dtype: DType) -> Tensor {
+        self.quantize_at(dtype, Location::caller())
+    }
+
+    pub(crate) fn quantize_at(&self, dtype: DType, loc: &'static Location<'static>) -> Tensor {
+        let check = || -> Result<()> {
+            crate::ops::precheck("quantize", &[self], loc)?;
+            if !self.dtype().is_float() || !dtype.is_quantized() {
+                return Err(Error::DType {
+                    op: "quantize",
+                    dtypes: vec![self.dtype(), dtype],
+                    detail: "quantisation takes f32 or f16 values to q8_0 or q4_0".into(),
+                    location: loc,
+                });
+            }
+            check_blocks("quantize", dtype, self.shape(), gguf_bytes(dtype, self.numel()), loc)
+        };
+        match check() {
+            Ok(()) => Tensor::make_at(
+                crate::graph::Op::Quantize,
+                vec![self.clone()],
+                self.shape().clone(),
+                dtype,
+                self.device(),
+                loc,
+            ),
+            Err(e) => Tensor::failed(e, dtype, self.device()),
+        }
+    }
+
     /// Blocking `quantized_blocks` (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn quantized_blocks_blocking(&self) -> Result<Vec<u8>> {
@@ -47,8 +82,14 @@ impl Tensor {
     }
 }
 
-fn check_blocks(dtype: DType, shape: &Shape, len: usize, loc: &'static Location<'static>) -> Result<()> {
-    let err = |detail: String| Error::InvalidArgument { op: "from_quantized", detail, location: loc };
+fn check_blocks(
+    op: &'static str,
+    dtype: DType,
+    shape: &Shape,
+    len: usize,
+    loc: &'static Location<'static>,
+) -> Result<()> {
+    let err = |detail: String| Error::InvalidArgument { op, detail, location: loc };
     if !dtype.is_quantized() {
         return Err(err(format!("{dtype} is not a block format")));
     }
@@ -76,7 +117,7 @@ pub async fn quantize_tensor(t: &Tensor, dtype: DType) -> Result<Tensor> {
         });
     }
     let shape = t.shape().clone();
-    check_blocks(dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
+    check_blocks("quantize", dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
     let values: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
     let q = Tensor::from_quantized(dtype, shape, &quantize(dtype, &values), t.device());
     q.check()?;
@@ -88,7 +129,7 @@ pub async fn quantize_tensor_weighted(t: &Tensor, dtype: DType, importance: &[f3
     let loc = Location::caller();
     t.check()?;
     let shape = t.shape().clone();
-    check_blocks(dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
+    check_blocks("quantize", dtype, &shape, gguf_bytes(dtype, shape.numel()), loc)?;
     let values: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
     let q = Tensor::from_quantized(dtype, shape, &quantize_weighted(dtype, &values, importance), t.device());
     q.check()?;

@@ -70,6 +70,71 @@ fn quantising_a_tensor_bounds_the_error() {
     }
 }
 
+/// Per-block squared error of GGUF `blocks` against `x`.
+fn block_sse(dt: DType, blocks: &[u8], x: &[f32]) -> Vec<f64> {
+    let back = dequantize(dt, blocks);
+    x.chunks(32)
+        .zip(back.chunks(32))
+        .map(|(a, b)| a.iter().zip(b).map(|(&u, &v)| ((u - v) as f64).powi(2)).sum())
+        .collect()
+}
+
+#[test]
+fn quantising_on_the_device_matches_the_host() {
+    // 9 blocks per tensor (an odd count: the last scale word is half used), values with
+    // an outlier, a block of zeros, a constant block and a tiny block.
+    let mut vals = data(3 * 96, 11, -1.5, 1.5);
+    vals[40] = 9.0;
+    vals[96..128].fill(0.0);
+    vals[128..160].fill(-0.25);
+    for v in &mut vals[160..192] {
+        *v *= 1e-3;
+    }
+    for d in gpu_devices().iter().cloned().chain([Device::cpu()]) {
+        for dt in DType::QUANTIZED {
+            for src in [DType::F32, DType::F16] {
+                let x = Tensor::from_slice(&vals, [3, 96], &d).cast(src);
+                // A fused expression in front of the quantisation.
+                let y = (&x * 1.5).neg();
+                let want_x: Vec<f32> = y.to_f64_vec_blocking().unwrap().into_iter().map(|v| v as f32).collect();
+                let want = quantize(dt, &want_x);
+                let q = y.quantize(dt);
+                assert_eq!(q.dtype(), dt);
+                let got = q.quantized_blocks_blocking().unwrap();
+                assert_eq!(got.len(), want.len());
+                let (gs, ws) = (block_sse(dt, &got, &want_x), block_sse(dt, &want, &want_x));
+                let bb = tessera::quant::block_bytes(dt);
+                let mut same = 0;
+                for (b, (g, w)) in got.chunks(bb).zip(want.chunks(bb)).enumerate() {
+                    same += usize::from(g == w);
+                    // Where WGSL's division rounds differently the block may differ, but
+                    // not in quality.
+                    assert!(
+                        gs[b] <= ws[b] * 1.001 + 1e-12,
+                        "{dt} from {src} on {d}, block {b}: {} vs {}",
+                        gs[b],
+                        ws[b]
+                    );
+                }
+                assert!(same >= 8, "{dt} from {src} on {d}: only {same} of 9 blocks equal the host's");
+                // The values read back are the dequantised blocks, and a product with the
+                // quantised tensor in the same graph reads the new blocks.
+                let back: Vec<f64> = dequantize(dt, &got).into_iter().map(f64::from).collect();
+                assert_eq!(q.to_f64_vec_blocking().unwrap(), back, "{dt} on {d}");
+                let a = Tensor::from_slice(&data(2 * 96, 12, -1.0, 1.0), [2, 96], &d);
+                let p = a.matmul(&y.cast(DType::F32).quantize(dt).t()).to_vec_blocking::<f32>().unwrap();
+                let wq = Tensor::from_quantized(dt, [3, 96], &got, &d);
+                let p2 = a.matmul(&wq.t()).to_vec_blocking::<f32>().unwrap();
+                for (u, v) in p.iter().zip(&p2) {
+                    assert!((u - v).abs() <= 1e-4 * (1.0 + v.abs()), "{dt} product on {d}: {u} vs {v}");
+                }
+                // `cast` to a block format is the same quantisation.
+                assert_eq!(y.cast(dt).quantized_blocks_blocking().unwrap(), got);
+            }
+        }
+    }
+}
+
 #[test]
 fn quantised_tensors_refuse_what_they_cannot_do() {
     for d in gpu_devices().iter().take(1).cloned().chain([Device::cpu()]) {
@@ -81,7 +146,11 @@ fn quantised_tensors_refuse_what_they_cannot_do() {
         // A transposed view is fine inside a matmul, but cannot itself be materialised.
         let e = w.t().to_f64_vec_blocking().unwrap_err();
         assert!(e.to_string().contains("cast it to f32"), "{e}");
-        assert!(matches!(w.cast(DType::F32).cast(DType::Q4_0).check(), Err(Error::DType { op: "cast", .. })));
+        let ints = Tensor::from_slice(&[1i32; 32], [1, 32], &d);
+        assert!(matches!(ints.cast(DType::Q4_0).check(), Err(Error::DType { op: "quantize", .. })));
+        let short = Tensor::rand([2, 20], 1, &d).quantize(DType::Q8_0);
+        assert!(matches!(short.check(), Err(Error::InvalidArgument { op: "quantize", .. })), "{:?}", short.check());
+        assert!(matches!(w.cast(DType::F32).quantize(DType::F16).check(), Err(Error::DType { op: "quantize", .. })));
         let bad = Tensor::from_quantized(DType::Q8_0, [2, 32], &[0u8; 10], &d);
         assert!(matches!(bad.check(), Err(Error::InvalidArgument { op: "from_quantized", .. })));
         let odd = Tensor::from_quantized(DType::Q4_0, [3, 20], &[0u8; 36], &d);

@@ -6,7 +6,7 @@ use super::schedule::{buffer_source, matmul_operand, KernelKind};
 use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::pool::PooledBuffer;
 use crate::device::{Device, Storage};
-use crate::kernels::{attention, norm, softmax};
+use crate::kernels::{attention, norm, quantize, softmax};
 use crate::kernels::{elementwise, matmul, reduce, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
@@ -31,6 +31,7 @@ pub(crate) fn plan_kernels(
         let spec = match k.kind {
             KernelKind::Elementwise => elementwise::render(&k.root, &is_leaf, caps)?,
             KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
+            KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
             KernelKind::Matmul => {
                 let ins = &k.root.node().inputs;
                 let src = |i: &Tensor| {
@@ -57,7 +58,7 @@ pub(crate) fn plan_kernels(
                 }
             }
         };
-        if spec.output.dtype().is_quantized() {
+        if spec.output.dtype().is_quantized() && k.kind != KernelKind::Quantize {
             return Err(quantized_output(&spec.output));
         }
         specs.push(spec);

@@ -2,6 +2,7 @@
 //! GPU is tested against, and the backend of [`Device::cpu`](crate::Device::cpu).
 
 use super::schedule::topo_order;
+use super::Op;
 use crate::device::Storage;
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
@@ -21,15 +22,25 @@ pub(crate) fn run(targets: &[Tensor], exact: bool) -> Result<Vec<Vec<f64>>> {
             _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
         }
     };
-    // The same rule as the GPU: nothing may materialise a block format.
+    // The same rule as the GPU: only quantisation may materialise a block format.
     let sched = super::schedule::schedule(targets, usize::MAX);
-    if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized()) {
+    if let Some(k) =
+        sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && !matches!(k.root.op(), Op::Quantize))
+    {
         return Err(super::execute::quantized_output(&k.root));
     }
+    // GGUF blocks of the quantisations computed here, for the targets among them.
+    let mut blocks: HashMap<u64, Arc<Vec<u8>>> = HashMap::new();
     for t in &order {
         let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
-        let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
-        let out = crate::reference::eval_with(t, &refs, exact)?;
+        let out = if matches!(t.op(), Op::Quantize) {
+            let (values, b) = crate::reference::quantize(t.dtype(), &inputs[0]);
+            blocks.insert(t.id(), Arc::new(b));
+            values
+        } else {
+            let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
+            crate::reference::eval_with(t, &refs, exact)?
+        };
         vals.insert(t.id(), Arc::new(out));
     }
     if let Some(t) = targets.first() {
@@ -39,7 +50,10 @@ pub(crate) fn run(targets: &[Tensor], exact: bool) -> Result<Vec<Vec<f64>>> {
     for t in targets {
         let v = value(t, &vals)?;
         if !t.is_realized() {
-            t.set_storage(Storage::Host(v.clone()));
+            match blocks.get(&t.id()) {
+                Some(b) => t.set_storage(Storage::HostQuantized(v.clone(), b.clone())),
+                None => t.set_storage(Storage::Host(v.clone())),
+            }
         }
         out.push(v.as_ref().clone());
     }

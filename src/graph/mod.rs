@@ -174,6 +174,10 @@ pub enum Op {
     Col2im {
         window: Window,
     },
+    /// Quantisation of f32/f16 values (last axis a multiple of 32) into the node's block
+    /// format, Q8_0 or Q4_0, by the same algorithm as [`crate::quant::quantize`]; one
+    /// kernel that writes the GPU block layout.
+    Quantize,
 }
 
 /// Geometry of a 2-D sliding window: `(rows, cols)` pairs.
@@ -230,6 +234,7 @@ impl Op {
             Op::Norm { rms, .. } => if *rms { "rms_norm" } else { "layer_norm" }.into(),
             Op::Im2col { .. } => "im2col".into(),
             Op::Col2im { .. } => "col2im".into(),
+            Op::Quantize => "quantize".into(),
         }
     }
 
@@ -244,7 +249,13 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         !matches!(
             self,
-            Op::Input | Op::Reduce { .. } | Op::Matmul | Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. }
+            Op::Input
+                | Op::Reduce { .. }
+                | Op::Matmul
+                | Op::Attention { .. }
+                | Op::Softmax { .. }
+                | Op::Norm { .. }
+                | Op::Quantize
         )
     }
 }

@@ -82,7 +82,8 @@ fn hash_op(op: &Op, h: &mut DefaultHasher) {
         | Op::Cast
         | Op::Reshape
         | Op::Expand
-        | Op::Matmul => {}
+        | Op::Matmul
+        | Op::Quantize => {}
     }
 }
 

@@ -29,6 +29,7 @@ pub enum KernelKind {
     Attention,
     Softmax,
     Norm,
+    Quantize,
 }
 
 /// One kernel of a schedule: the node it materialises.
@@ -146,7 +147,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64) ->
     }
     for t in &order {
         match t.node().op {
-            Op::Reduce { .. } => {
+            Op::Reduce { .. } | Op::Quantize => {
                 mat.insert(t.id());
             }
             Op::Matmul => {
@@ -250,6 +251,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64) ->
                 Op::Attention { .. } => KernelKind::Attention,
                 Op::Softmax { .. } => KernelKind::Softmax,
                 Op::Norm { .. } => KernelKind::Norm,
+                Op::Quantize => KernelKind::Quantize,
                 _ => KernelKind::Elementwise,
             },
         })

@@ -599,7 +599,8 @@ impl<'a> Gen<'a> {
             | Op::Matmul
             | Op::Attention { .. }
             | Op::Softmax { .. }
-            | Op::Norm { .. } => {
+            | Op::Norm { .. }
+            | Op::Quantize => {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);
                 let l = self.linear(ix, t);

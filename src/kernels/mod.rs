@@ -7,6 +7,7 @@ pub(crate) mod codegen;
 pub mod elementwise;
 pub mod matmul;
 pub mod norm;
+pub mod quantize;
 pub mod reduce;
 pub mod softmax;
 pub mod variants;
@@ -31,6 +32,7 @@ pub mod sources {
     pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
+    pub const QUANTIZE: &str = include_str!("../../shaders/quantize.wgsl");
 }
 
 /// What the target adapter can do, as far as shader text is concerned.

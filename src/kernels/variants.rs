@@ -189,6 +189,11 @@ pub fn covering_graphs() -> Vec<Tensor> {
             false,
         ),
     ]);
+    // Quantisation on the device, from f32 and f16 with a fused expression.
+    for q in DType::QUANTIZED {
+        let x = Tensor::rand([3, 64], 14, &d);
+        out.extend([x.quantize(q), (x.cast(DType::F16) * 2.0).quantize(q)]);
+    }
     // The GEMV kernel with an f32 weight (GPU adapters; quantised ones above).
     out.push(Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()));
     out

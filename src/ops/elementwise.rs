@@ -157,13 +157,7 @@ impl Tensor {
             return self.clone();
         }
         if dtype.is_quantized() {
-            let e = dtype_err(
-                "cast",
-                &[self.dtype(), dtype],
-                "quantise with tessera::quant::quantize_tensor (block formats are read-only on the device)",
-                loc,
-            );
-            return Tensor::failed(e, self.dtype(), self.device());
+            return self.quantize_at(dtype, loc);
         }
         Tensor::make_at(Op::Cast, vec![self.clone()], self.shape().clone(), dtype, self.device(), loc)
     }

@@ -64,8 +64,9 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         }
         Op::Im2col { window, pad_value } => movement::im2col(inputs[0], dims(0), window, *pad_value, t.dims()),
         Op::Col2im { window } => movement::col2im(inputs[0], dims(0), window, t.dims()),
+        Op::Quantize => quantize(dt, inputs[0]).0,
     };
-    if exact && dt.is_float() {
+    if exact && dt.is_float() || dt.is_quantized() {
         return Ok(out);
     }
     if !matches!(n.op, Op::Cast) {
@@ -74,4 +75,12 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         }
     }
     Ok(out)
+}
+
+/// `Op::Quantize`: the dequantised values and the GGUF blocks of `x` in `dtype`.
+pub fn quantize(dtype: crate::DType, x: &[f64]) -> (Vec<f64>, Vec<u8>) {
+    let xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let blocks = crate::quant::quantize(dtype, &xs);
+    let values = crate::quant::dequantize(dtype, &blocks).into_iter().map(f64::from).collect();
+    (values, blocks)
 }

@@ -274,7 +274,8 @@ impl JsTensor {
         }))
     }
 
-    /// Quantise to `q8_0` or `q4_0` (GGUF's blocks; the last axis a multiple of 32).
+    /// Quantise to `q8_0` or `q4_0` on the GPU (GGUF's blocks; the last axis a multiple
+    /// of 32), by the same algorithm as the native host quantiser.
     #[wasm_bindgen(unchecked_return_type = "Promise<Tensor>")]
     pub fn quantize(
         &self,
@@ -283,7 +284,8 @@ impl JsTensor {
         let t = self.tensor()?;
         let dtype = parse_dtype(&dtype)?;
         Ok(wasm_bindgen_futures::future_to_promise(async move {
-            let q = tessera::quant::quantize_tensor(&t, dtype).await.map_err(js_err)?;
+            let q = t.quantize(dtype);
+            q.realize().await.map_err(js_err)?;
             Ok(JsTensor::wrap(q)?.into())
         }))
     }
