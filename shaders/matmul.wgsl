@@ -2,8 +2,10 @@
 // BM x BN tile of C; each of its 16 x 16 invocations a TM x TN block in registers,
 // strided by 16 (rows lid.y + 16i, columns lid.x + 16j) so neighbouring invocations read
 // neighbouring workgroup-memory words and write neighbouring outputs.
-// K advances in BK-wide tiles staged in workgroup memory. TRANS_A / TRANS_B (set by the
-// header) read an operand stored transposed, so `x @ w.t()` needs no copy.
+// K advances in BK-wide tiles staged in workgroup memory. The header's
+// `load_a(batch, offset, row, k)` and `load_b(batch, offset, k, column)` read the
+// operands: from buffers (TRANS_A / TRANS_B read one stored transposed, so `x @ w.t()`
+// needs no copy), or through generated index remaps (an implicit GEMM, matmul.rs).
 // meta: [0] M, [1] N, [2] K, [3] batch rank nb, then per batch axis (outer first):
 //       size, A stride, B stride (stride 0 where that operand broadcasts).
 
@@ -47,7 +49,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let gk = k0 + kk;
             var v = 0.0;
             if (gr < M && gk < K) {
-                v = ld_a(off_a + select(gr * K + gk, gk * M + gr, TRANS_A));
+                v = load_a(wid.z, off_a, gr, gk);
             }
             tile_a[kk * BM + r] = v;
         }
@@ -60,7 +62,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let gc = col0 + c;
             var v = 0.0;
             if (gk < K && gc < N) {
-                v = ld_b(off_b + select(gk * N + gc, gc * K + gk, TRANS_B));
+                v = load_b(wid.z, off_b, gk, gc);
             }
             tile_b[kk * BN + c] = v;
         }

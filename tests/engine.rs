@@ -308,7 +308,7 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     let entry = |kernel: &str, tm: u32| {
         format!(r#"{{"{}": {{"kernel": "{kernel}", "tm": {tm}, "tn": {}}}}}"#, tuned.key, other.tn)
     };
-    std::fs::write(&path, entry(if other.direct { "direct" } else { "tiled" }, other.tm as u32)).unwrap();
+    std::fs::write(&path, entry(other.kernel(), other.tm as u32)).unwrap();
     assert_eq!(lookup(&path, &tuned.key), Some(other));
     let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
     assert_eq!(d.matmul_config(), Some(other));
@@ -324,7 +324,19 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
         let a = rand_t(&[37, 20], 1, -1.0, 1.0, dev);
         let b = rand_t(&[20, 70], 2, -1.0, 1.0, dev);
         let w = rand_t(&[66, 20], 3, -1.0, 1.0, dev);
-        vec![a.matmul(&b), a.matmul(&w.t()), b.t().matmul(&a.t()), rand_t(&[3, 5, 20], 4, -1.0, 1.0, dev).matmul(&b)]
+        // 4-aligned operands in every layout too (the vec4 kernels).
+        let (p, q) = (rand_t(&[20, 36], 5, -1.0, 1.0, dev), rand_t(&[20, 68], 6, -1.0, 1.0, dev));
+        let h = rand_t(&[40, 20], 9, -1.0, 1.0, dev).cast(DType::F16);
+        vec![
+            a.matmul(&b),
+            a.matmul(&w.t()),
+            b.t().matmul(&a.t()),
+            rand_t(&[3, 5, 20], 4, -1.0, 1.0, dev).matmul(&b),
+            p.t().matmul(&q),
+            q.t().matmul(&rand_t(&[37, 20], 7, -1.0, 1.0, dev).t()),
+            rand_t(&[3, 37, 20], 8, -1.0, 1.0, dev).matmul(&q),
+            h.matmul(&q.cast(DType::F16)).cast(DType::F32),
+        ]
     };
     let want = tessera::read_all_blocking(&build(&cpu)).unwrap();
     for c in CANDIDATES {
@@ -333,5 +345,46 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_close(&format!("{} output {k}", c.name()), g, w, Tol { atol: 1e-5, rtol: 1e-5 });
         }
+    }
+}
+
+/// With the tiled matmul kernel a convolution is an implicit GEMM: the product gathers
+/// the windows as its tiles load, so no column matrix is written (two kernels: the
+/// product, then bias and layout); the direct kernel materialises the columns first.
+/// Forward and both gradients match the reference either way.
+#[test]
+fn convolutions_are_implicit_gemms_on_the_tiled_kernel() {
+    use tessera::ops::nn::Conv2dOptions;
+    let opts = Conv2dOptions { stride: (2, 1), padding: (1, 1), dilation: (1, 2), groups: 1 };
+    let build = |d: &Device| {
+        let x = rand_t(&[2, 5, 9, 8], 1, -1.0, 1.0, d).requires_grad();
+        let w = rand_t(&[6, 5, 3, 2], 2, -1.0, 1.0, d).requires_grad();
+        let b = rand_t(&[6], 3, -1.0, 1.0, d);
+        (x, w, b)
+    };
+    let cpu = Device::cpu();
+    let (x, w, b) = build(&cpu);
+    let y = x.conv2d(&w, Some(&b), opts);
+    let want = y.to_f64_vec_blocking().unwrap();
+    let grads = y.square().sum(&[], false).backward().unwrap();
+    let (want_gx, want_gw) =
+        (grads.get(&x).unwrap().to_f64_vec_blocking().unwrap(), grads.get(&w).unwrap().to_f64_vec_blocking().unwrap());
+    for tiled in [true, false] {
+        let Some(d) = private_device(DeviceOptions { tiled_matmul: Some(tiled), ..Default::default() }) else {
+            return;
+        };
+        let (x, w, b) = build(&d);
+        let y = x.conv2d(&w, Some(&b), opts);
+        let before = d.stats();
+        let got = y.to_f64_vec_blocking().unwrap();
+        let kernels = d.stats().kernels_dispatched - before.kernels_dispatched;
+        assert_eq!(kernels, if tiled { 2 } else { 3 }, "conv2d kernels with tiled={tiled}");
+        let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(30);
+        assert_close(&format!("conv2d tiled={tiled}"), &got, &want, tol);
+        let grads = y.square().sum(&[], false).backward().unwrap();
+        let gx = grads.get(&x).unwrap().to_f64_vec_blocking().unwrap();
+        let gw = grads.get(&w).unwrap().to_f64_vec_blocking().unwrap();
+        assert_close(&format!("conv2d dx tiled={tiled}"), &gx, &want_gx, tol.scaled(20));
+        assert_close(&format!("conv2d dw tiled={tiled}"), &gw, &want_gw, tol.scaled(40));
     }
 }

@@ -26,32 +26,46 @@ pub struct MatmulConfig {
     pub tm: u8,
     /// Most output columns per invocation.
     pub tn: u8,
+    /// Tiled kernel only: vectorised loads and 4x4 register blocks
+    /// (`matmul_vec4.wgsl`) where the operands are 4-aligned. (The direct kernel always
+    /// vectorises aligned operands.)
+    pub vec4: bool,
 }
 
 impl MatmulConfig {
     /// The untuned default for an adapter family.
     pub fn default_for(direct: bool) -> MatmulConfig {
         if direct {
-            MatmulConfig { direct, tm: 8, tn: 4 }
+            MatmulConfig { direct, tm: 8, tn: 4, vec4: false }
         } else {
-            MatmulConfig { direct, tm: 4, tn: 4 }
+            MatmulConfig { direct, tm: 4, tn: 4, vec4: true }
         }
     }
 
-    /// `direct 8x4`, `tiled 4x4`.
+    /// The kernel family as the cache names it: `direct`, `tiled` or `tiled-vec4`.
+    pub fn kernel(&self) -> &'static str {
+        match (self.direct, self.vec4) {
+            (true, _) => "direct",
+            (false, false) => "tiled",
+            (false, true) => "tiled-vec4",
+        }
+    }
+
+    /// `direct 8x4`, `tiled 4x4`, `tiled-vec4 4x4`.
     pub fn name(&self) -> String {
-        format!("{} {}x{}", if self.direct { "direct" } else { "tiled" }, self.tm, self.tn)
+        format!("{} {}x{}", self.kernel(), self.tm, self.tn)
     }
 }
 
 /// The configurations tried.
-pub const CANDIDATES: [MatmulConfig; 6] = [
-    MatmulConfig { direct: true, tm: 8, tn: 4 },
-    MatmulConfig { direct: true, tm: 4, tn: 4 },
-    MatmulConfig { direct: true, tm: 8, tn: 2 },
-    MatmulConfig { direct: false, tm: 4, tn: 4 },
-    MatmulConfig { direct: false, tm: 2, tn: 4 },
-    MatmulConfig { direct: false, tm: 2, tn: 2 },
+pub const CANDIDATES: [MatmulConfig; 7] = [
+    MatmulConfig { direct: true, tm: 8, tn: 4, vec4: false },
+    MatmulConfig { direct: true, tm: 4, tn: 4, vec4: false },
+    MatmulConfig { direct: true, tm: 8, tn: 2, vec4: false },
+    MatmulConfig { direct: false, tm: 4, tn: 4, vec4: true },
+    MatmulConfig { direct: false, tm: 4, tn: 4, vec4: false },
+    MatmulConfig { direct: false, tm: 2, tn: 4, vec4: false },
+    MatmulConfig { direct: false, tm: 2, tn: 2, vec4: false },
 ];
 
 /// What [`ensure`] found or measured.
@@ -106,10 +120,15 @@ fn read_cache(path: &Path) -> serde_json::Map<String, serde_json::Value> {
 /// The cached configuration for `key` in the cache file at `path`, if any.
 pub fn lookup(path: &Path, key: &str) -> Option<MatmulConfig> {
     let e = read_cache(path).get(key)?.clone();
-    let direct = e.get("kernel")?.as_str()? == "direct";
+    let (direct, vec4) = match e.get("kernel")?.as_str()? {
+        "direct" => (true, false),
+        "tiled" => (false, false),
+        "tiled-vec4" => (false, true),
+        _ => return None,
+    };
     let tm = e.get("tm")?.as_u64()?;
     let tn = e.get("tn")?.as_u64()?;
-    let c = MatmulConfig { direct, tm: tm as u8, tn: tn as u8 };
+    let c = MatmulConfig { direct, tm: tm as u8, tn: tn as u8, vec4 };
     // Only values a kernel supports (a hand-edited file cannot make a bad kernel).
     CANDIDATES.contains(&c).then_some(c)
 }
@@ -146,7 +165,7 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         cache.insert(
             key.clone(),
             serde_json::json!({
-                "kernel": if best.direct { "direct" } else { "tiled" },
+                "kernel": best.kernel(),
                 "tm": best.tm,
                 "tn": best.tn,
                 "probe_ms": timings.iter().map(|(c, ms)| (c.name(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),

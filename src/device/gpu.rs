@@ -227,6 +227,12 @@ impl GpuContext {
         };
         ctx.caps.direct_matmul = config.direct;
         ctx.caps.matmul_tile = (config.tm, config.tn);
+        ctx.caps.tiled_vec4 = !config.direct && config.vec4;
+        ctx.caps.implicit_gemm = match std::env::var("TESSERA_IMPLICIT_GEMM").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => !config.direct,
+        };
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
         }
@@ -267,6 +273,8 @@ impl GpuContext {
                 max_workgroups: caps.max_compute_workgroups_per_dimension,
                 direct_matmul: crate::kernels::matmul::prefer_direct("Other"),
                 matmul_tile: (4, 4),
+                tiled_vec4: true,
+                implicit_gemm: !crate::kernels::matmul::prefer_direct("Other"),
                 max_binding: caps.max_storage_buffer_binding_size,
             },
             info: DeviceInfo {

@@ -278,6 +278,7 @@ impl Device {
                 direct: g.caps.direct_matmul,
                 tm: g.caps.matmul_tile.0,
                 tn: g.caps.matmul_tile.1,
+                vec4: g.caps.tiled_vec4,
             }),
             Backend::Cpu { .. } => None,
         }

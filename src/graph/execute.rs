@@ -24,7 +24,7 @@ pub(crate) fn plan_kernels(
     max_inputs: usize,
     targets: &[Tensor],
 ) -> Result<Vec<KernelSpec>> {
-    let sched = super::schedule::schedule_with(targets, max_inputs, caps.max_binding);
+    let sched = super::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
     let is_leaf = |t: &Tensor| sched.is_buffer(t);
     let mut specs = Vec::with_capacity(sched.kernels.len());
     for k in &sched.kernels {
@@ -34,13 +34,12 @@ pub(crate) fn plan_kernels(
             KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
             KernelKind::Matmul => {
                 let ins = &k.root.node().inputs;
-                let src = |i: &Tensor| {
-                    matmul_operand(i, &sched.materialised).ok_or_else(|| Error::Gpu {
-                        context: "schedule".into(),
-                        message: format!("matmul operand {} was not materialised", i.id()),
-                    })
-                };
-                matmul::render(&k.root, src(&ins[0])?, src(&ins[1])?, caps)?
+                let src = |i: &Tensor| matmul_operand(i, &sched.materialised);
+                match (src(&ins[0]), src(&ins[1])) {
+                    (Some(a), Some(b)) => matmul::render(&k.root, a, b, caps)?,
+                    // An operand the scheduler left to be read in place (implicit GEMM).
+                    _ => matmul::render_in_place(&k.root, &is_leaf, caps)?,
+                }
             }
             KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {
                 // Whole-buffer kernels: every operand is a buffer (or a reshape of one).

@@ -131,13 +131,15 @@ pub fn topo_order(targets: &[Tensor]) -> Vec<Tensor> {
 /// Group the graph under `targets` into kernels. `max_inputs` is the most storage
 /// buffers one kernel may read.
 pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
-    schedule_with(targets, max_inputs, u64::MAX)
+    schedule_with(targets, max_inputs, u64::MAX, false)
 }
 
 /// [`schedule`] for a device whose storage bindings hold at most `max_binding` bytes:
 /// a transposed matmul A larger than that is materialised (a copy that splits into
-/// windows) so the product can split by rows.
-pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64) -> Schedule {
+/// windows) so the product can split by rows. With `implicit_gemm`, a matmul operand
+/// that gathers sliding windows is read in place by the product (see
+/// `kernels::matmul::reads_operand_in_place`) rather than materialised.
+pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, implicit_gemm: bool) -> Schedule {
     let order = topo_order(targets);
     let mut mat: HashSet<u64> = HashSet::new();
     for t in targets {
@@ -155,7 +157,13 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64) ->
                 for (j, i) in t.node().inputs.iter().enumerate() {
                     match matmul_operand(i, &mat) {
                         None => {
-                            mat.insert(i.id());
+                            let is_buffer = |x: &Tensor| x.is_realized() || mat.contains(&x.id());
+                            let in_place = implicit_gemm
+                                && crate::graph::execute::storage_bytes(t) <= max_binding
+                                && crate::kernels::matmul::reads_operand_in_place(i, &is_buffer, max_binding);
+                            if !in_place {
+                                mat.insert(i.id());
+                            }
                         }
                         Some((b, true))
                             if j == 0

@@ -92,6 +92,8 @@ pub(crate) struct Gen<'a> {
     is_leaf: &'a dyn Fn(&Tensor) -> bool,
     memo: HashMap<(u64, String), String>,
     dims: HashMap<u64, Vec<String>>,
+    /// Meta slot of each divisor slot's f32 reciprocal (see [`Gen::divmod`]).
+    recips: HashMap<usize, String>,
     next: usize,
     pub checks: Vec<IndexCheck>,
     pub uses_f16: bool,
@@ -134,6 +136,7 @@ impl<'a> Gen<'a> {
             is_leaf,
             memo: HashMap::new(),
             dims: HashMap::new(),
+            recips: HashMap::new(),
             next: 0,
             checks: Vec::new(),
             uses_f16: false,
@@ -156,6 +159,37 @@ impl<'a> Gen<'a> {
         let e = self.scalar(v, dtype);
         self.patches.push(MetaPatch { index: self.meta.len() - 1, node: t.id(), field, dtype });
         e
+    }
+
+    /// `(q / d, q % d)` for a divisor `d` read from a meta slot (`m(k)`), through its
+    /// f32 reciprocal in another slot (`div_fast` in `shaders/common.wgsl`): a multiply
+    /// and a correction instead of an integer division, which GPUs expand into dozens
+    /// of instructions and CPU adapters cannot vectorise.
+    pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
+        let index = d.strip_prefix("m(").and_then(|x| x.strip_suffix("u)")).and_then(|x| x.parse::<usize>().ok());
+        let Some(k) = index.filter(|&k| k < self.meta.len()) else {
+            let qq = self.let_("q", format!("{q} / {d}"));
+            return (qq, self.let_("c", format!("{q} % {d}")));
+        };
+        let r = match self.recips.get(&k) {
+            Some(r) => r.clone(),
+            None => {
+                let v = self.meta[k];
+                let r = self.slot(if v == 0 { 0 } else { (1.0f32 / v as f32).to_bits() });
+                self.recips.insert(k, r.clone());
+                r
+            }
+        };
+        let qq = self.let_("q", format!("div_fast({q}, {d}, bitcast<f32>({r}))"));
+        let c = self.let_("c", format!("{q} - {qq} * {d}"));
+        (qq, c)
+    }
+
+    /// Start the next WGSL function: returns the body rendered so far, and forgets the
+    /// values it computed (they are out of scope in the new function).
+    pub fn take_function(&mut self) -> String {
+        self.memo.clear();
+        std::mem::take(&mut self.body)
     }
 
     /// Reserve a meta slot holding `v`; returns its WGSL read expression.
@@ -211,6 +245,59 @@ impl<'a> Gen<'a> {
         self.let_("l", e)
     }
 
+    /// Coordinates in `src` of the element at coordinates `ix` of `t`, a reshape of
+    /// `src`, mapped group by group: axes merged or split by the reshape are combined
+    /// and divided within their group only, and axes the reshape leaves alone pass
+    /// through, instead of going through the linear index (`None` when `ix` is linear).
+    fn reshape_coords(&mut self, ix: &Ix, t: &Tensor, src: &Tensor) -> Option<Vec<String>> {
+        let c = ix.coords.as_ref()?;
+        let (od, id) = (t.dims(), src.dims());
+        if od.contains(&0) {
+            return None;
+        }
+        let onz: Vec<usize> = (0..od.len()).filter(|&a| od[a] > 1).collect();
+        let inz: Vec<usize> = (0..id.len()).filter(|&a| id[a] > 1).collect();
+        let mut out = vec!["0u".to_string(); id.len()];
+        let (mut i, mut j) = (0, 0);
+        while i < onz.len() && j < inz.len() {
+            // The smallest runs of axes on both sides with equal products.
+            let (si, sj) = (i, j);
+            let (mut po, mut pi) = (od[onz[i]] as u64, id[inz[j]] as u64);
+            (i, j) = (i + 1, j + 1);
+            while po != pi {
+                if po < pi && i < onz.len() {
+                    po *= od[onz[i]] as u64;
+                    i += 1;
+                } else if pi < po && j < inz.len() {
+                    pi *= id[inz[j]] as u64;
+                    j += 1;
+                } else {
+                    return None;
+                }
+            }
+            if i - si == 1 && j - sj == 1 {
+                out[inz[sj]] = c[onz[si]].clone();
+                continue;
+            }
+            let odims = self.dims_of(t);
+            let mut l = c[onz[si]].clone();
+            for &a in &onz[si + 1..i] {
+                l = format!("({l}) * {} + {}", odims[a], c[a]);
+            }
+            let mut q = self.let_("l", l);
+            let idims = self.dims_of(src);
+            for (n, &a) in inz[sj..j].iter().enumerate().rev() {
+                if n == 0 {
+                    out[a] = q.clone();
+                } else {
+                    let (qq, c) = self.divmod(&q, &idims[a]);
+                    (out[a], q) = (c, qq);
+                }
+            }
+        }
+        (i == onz.len() && j == inz.len()).then_some(out)
+    }
+
     /// The coordinate form of `ix` for a node of `t`'s shape.
     pub fn coords(&mut self, ix: &Ix, t: &Tensor) -> Vec<String> {
         if let Some(c) = &ix.coords {
@@ -232,8 +319,8 @@ impl<'a> Gen<'a> {
             if d == 0 {
                 out[d] = self.let_("c", q.clone());
             } else {
-                out[d] = self.let_("c", format!("{q} % {}", dims[d]));
-                q = self.let_("q", format!("{q} / {}", dims[d]));
+                let (qq, c) = self.divmod(&q, &dims[d]);
+                (out[d], q) = (c, qq);
             }
         }
         out
@@ -392,10 +479,13 @@ impl<'a> Gen<'a> {
                 let e = self.cast_expr(&x, n.inputs[0].dtype(), dt);
                 self.let_("v", e)
             }
-            Op::Reshape => {
-                let l = self.linear(ix, t);
-                self.eval(&n.inputs[0], &Ix::lin(l), false)
-            }
+            Op::Reshape => match self.reshape_coords(ix, t, &n.inputs[0]) {
+                Some(c) => self.eval(&n.inputs[0], &Ix::coords(c), false),
+                None => {
+                    let l = self.linear(ix, t);
+                    self.eval(&n.inputs[0], &Ix::lin(l), false)
+                }
+            },
             Op::Expand => {
                 let c = self.coords(ix, t);
                 let src = &n.inputs[0];
@@ -497,8 +587,7 @@ impl<'a> Gen<'a> {
                 let (sh, sw) = (self.slot(w.stride.0 as u32), self.slot(w.stride.1 as u32));
                 let (dh, dw) = (self.slot(w.dilation.0 as u32), self.slot(w.dilation.1 as u32));
                 let (ph, pw) = (self.slot(w.padding.0 as u32), self.slot(w.padding.1 as u32));
-                let ki = self.let_("k", format!("{} / {kw}", c[2]));
-                let kj = self.let_("k", format!("{} % {kw}", c[2]));
+                let (ki, kj) = self.divmod(&c[2], &kw);
                 let hh = self.let_("h", format!("i32({} * {sh} + {ki} * {dh}) - i32({ph})", c[3]));
                 let ww = self.let_("w", format!("i32({} * {sw} + {kj} * {dw}) - i32({pw})", c[4]));
                 let ok = self

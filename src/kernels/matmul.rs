@@ -1,7 +1,9 @@
 //! Batched matmul with broadcast batch axes: `shaders/matmul.wgsl`, a 64×64 register-tiled
 //! f32 kernel. f16 operands are widened as tiles load; the result is f32.
 
+use super::codegen::{Gen, Ix};
 use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
+use crate::graph::Op;
 use crate::{DType, Error, Result, Tensor};
 
 /// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
@@ -35,20 +37,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         std::mem::swap(&mut ad, &mut bd);
         std::mem::swap(&mut m, &mut n);
     }
-    let mut meta = vec![m as u32, n as u32, k as u32, (r - 2) as u32];
-    let (mut sa, mut sb) = ((m * k) as u64, (k * n) as u64);
-    let mut axes = Vec::new();
-    for d in (0..r - 2).rev() {
-        let size = root.dims()[d];
-        let stride_a = if ad[d] == 1 { 0 } else { sa };
-        let stride_b = if bd[d] == 1 { 0 } else { sb };
-        axes.push([size as u32, stride_a as u32, stride_b as u32]);
-        sa *= ad[d] as u64;
-        sb *= bd[d] as u64;
-    }
-    for ax in axes.iter().rev() {
-        meta.extend_from_slice(ax);
-    }
+    let mut meta = batch_meta(root.dims(), &ad, &bd, (m, n, k));
     // Quantised operands: where their quants start.
     let mut qoff = [None, None];
     for (j, t) in [&a, &b].into_iter().enumerate() {
@@ -76,8 +65,10 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     if gemv {
         return render_gemv(root, (a, b), (m, n), meta, src, caps);
     }
-    // The vec4 direct kernel: f32 or f16 operands whose loaded rows are 4-aligned.
-    let vec4 = caps.direct_matmul
+    // The vec4 kernels (direct, or tiled where the adapter chose it): f32 or f16
+    // operands whose loaded rows are 4-aligned.
+    // (The tiled one computes 64x64 tiles: thin outputs keep the narrower scalar tiles.)
+    let vec4 = (caps.direct_matmul || (caps.tiled_vec4 && m > 32 && n > 32))
         && a.dtype() == b.dtype()
         && matches!(a.dtype(), DType::F32 | DType::F16)
         && k % 4 == 0
@@ -104,7 +95,160 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             ));
         }
     }
-    let (tm, tn, bm, bn) = if caps.direct_matmul {
+    let (tm, tn, bm, bn) = if vec4 && !caps.direct_matmul {
+        (4, 4, 64, 64)
+    } else {
+        tiles(m, n, vec4, caps.direct_matmul, caps, &mut src)
+    };
+    src.push_str(&format!(
+        "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst OUT_T: bool = {swap};\n"
+    ));
+    if !caps.direct_matmul && !vec4 {
+        src.push_str(
+            "fn load_a(z: u32, off: u32, r: u32, k: u32) -> f32 {\n    return ld_a(off + select(r * m(2u) + k, k * m(0u) + r, TRANS_A));\n}\n\
+             fn load_b(z: u32, off: u32, k: u32, c: u32) -> f32 {\n    return ld_b(off + select(k * m(1u) + c, c * m(2u) + k, TRANS_B));\n}\n",
+        );
+    }
+    src.push_str(sources::MATMUL_BATCH);
+    src.push_str(match (caps.direct_matmul, vec4) {
+        (true, true) => sources::MATMUL_DIRECT_VEC4,
+        (true, false) => sources::MATMUL_DIRECT,
+        (false, true) => sources::MATMUL_VEC4,
+        (false, false) => sources::MATMUL,
+    });
+    let batch: usize = root.dims()[..r - 2].iter().product();
+    let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
+    let kind = match (caps.direct_matmul, vec4) {
+        (true, true) => "direct4_",
+        (true, false) => "direct_",
+        (false, true) => "vec4_",
+        (false, false) => "",
+    };
+    let swapped = if swap { "_ct" } else { "" };
+    let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
+    // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
+    // indexed below its size: checked on odd shapes by tests/ops.rs.
+    let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized();
+    let mut spec = product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
+    if splittable {
+        spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
+    }
+    Ok(spec)
+}
+
+/// Meta words `[M, N, K, batch rank]`, then per batch axis (outer first) its size and
+/// the A and B strides (0 where that operand broadcasts): `matmul_batch.wgsl`'s layout.
+fn batch_meta(out: &[usize], ad: &[usize], bd: &[usize], (m, n, k): (usize, usize, usize)) -> Vec<u32> {
+    let r = out.len();
+    let mut meta = vec![m as u32, n as u32, k as u32, (r - 2) as u32];
+    let (mut sa, mut sb) = ((m * k) as u64, (k * n) as u64);
+    let mut axes = Vec::new();
+    for d in (0..r - 2).rev() {
+        let stride_a = if ad[d] == 1 { 0 } else { sa };
+        let stride_b = if bd[d] == 1 { 0 } else { sb };
+        axes.push([out[d] as u32, stride_a as u32, stride_b as u32]);
+        sa *= ad[d] as u64;
+        sb *= bd[d] as u64;
+    }
+    for ax in axes.iter().rev() {
+        meta.extend_from_slice(ax);
+    }
+    meta
+}
+
+/// Whether `t`, a matmul operand that is not a buffer, is read by the product itself
+/// (an implicit GEMM) rather than materialised first: a chain of index remaps (reshape,
+/// permute, expand, slice, pad) over sliding windows (`Im2col`) of one buffer, as a
+/// convolution's column matrix is. `is_buffer` says which nodes are buffers; each
+/// buffer must fit one storage binding.
+pub fn reads_operand_in_place(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> bool {
+    let mut cur = t.clone();
+    let mut windows = false;
+    loop {
+        if is_buffer(&cur) {
+            return windows && crate::graph::execute::storage_bytes(&cur) <= max_binding;
+        }
+        let next = {
+            let n = cur.node();
+            match n.op {
+                Op::Im2col { .. } => windows = true,
+                Op::Reshape | Op::Permute { .. } | Op::Expand | Op::Slice { .. } | Op::Pad { .. } => {}
+                _ => return false,
+            }
+            n.inputs[0].clone()
+        };
+        cur = next;
+    }
+}
+
+/// Render a product one of whose operands is an index-remapping expression (see
+/// [`reads_operand_in_place`]): an implicit GEMM. Both operands load through
+/// generated functions of their logical linear index, into the tiled kernel (or the
+/// direct one on CPU adapters), so a convolution's windows are gathered as the tiles
+/// load instead of being written out as a column matrix first.
+pub fn render_in_place(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let r = root.rank();
+    let (a, b) = (&root.node().inputs[0], &root.node().inputs[1]);
+    let (m, n, k) = (root.dims()[r - 2], root.dims()[r - 1], a.dims()[r - 1]);
+    let mut g = Gen::new(*caps, is_leaf);
+    for w in batch_meta(root.dims(), a.dims(), b.dims(), (m, n, k)) {
+        g.slot(w);
+    }
+    // Each operand's element at (batch z, row, column): the batch coordinates from z
+    // (0 on the operand's broadcast axes), then the expression at those coordinates.
+    let mut loads = String::new();
+    for (t, name, rc) in [(a, "a", ["r", "k"]), (b, "b", ["k", "c"])] {
+        let mut rem = "z".to_string();
+        let mut coords = vec!["0u".to_string(); r];
+        for d in (0..r - 2).rev() {
+            let (q, c) = g.divmod(&rem, &format!("m({}u)", 4 + 3 * d));
+            if t.dims()[d] > 1 {
+                coords[d] = c;
+            }
+            rem = q;
+        }
+        coords[r - 2] = rc[0].into();
+        coords[r - 1] = rc[1].into();
+        let v = g.eval(t, &Ix::coords(coords), false);
+        let body = g.take_function();
+        loads.push_str(&format!(
+            "fn load_{name}(z: u32, off: u32, {}: u32, {}: u32) -> f32 {{\n{body}    return f32({v});\n}}\n",
+            rc[0], rc[1]
+        ));
+    }
+    let mut src = header(g.meta.len(), DType::F32, g.uses_f16, caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&loads);
+    let (tm, tn, bm, bn) = tiles(m, n, false, false, caps, &mut src);
+    src.push_str(&format!(
+        "const TRANS_A: bool = false;\nconst TRANS_B: bool = false;\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\n"
+    ));
+    src.push_str(sources::MATMUL_BATCH);
+    src.push_str(sources::MATMUL);
+    let label = format!("matmul_{}_{bm}x{bn}_implicit({})", a.dtype(), g.ops.join(","));
+    let batch: usize = root.dims()[..r - 2].iter().product();
+    let groups = check_groups(&label, [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
+    let workgroups = if root.numel() == 0 { [0, 1, 1] } else { groups };
+    let mut spec = g.finish(label, src, root, workgroups);
+    // Trusted as the buffer kernels are: the product's own loads are guarded or clamped
+    // to the logical operand, and index remaps of an in-range index stay in range (no
+    // data-dependent gathers are read in place); tested on odd shapes.
+    spec.trusted = true;
+    Ok(spec)
+}
+
+/// Rows and columns per invocation (`TM`, `TN`) and per workgroup (`BM`, `BN`) of a
+/// product, with `LANES` declared in `src` for the direct kernels.
+fn tiles(
+    m: usize,
+    n: usize,
+    vec4: bool,
+    direct: bool,
+    caps: &ShaderCaps,
+    src: &mut String,
+) -> (usize, usize, usize, usize) {
+    if direct {
         // Whole rows per workgroup (uniform A loads), lanes over the columns: TN
         // strided columns each, or 4 consecutive ones in the vec4 kernel.
         let (tile_m, tile_n) = (caps.matmul_tile.0.max(1) as usize, caps.matmul_tile.1.max(1) as usize);
@@ -135,33 +279,22 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         };
         let (tm, tn) = (per(m, caps.matmul_tile.0), per(n, caps.matmul_tile.1));
         (tm, tn, 16 * tm, 16 * tn)
-    };
-    src.push_str(&format!(
-        "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst OUT_T: bool = {swap};\n"
-    ));
-    src.push_str(sources::MATMUL_BATCH);
-    src.push_str(match (caps.direct_matmul, vec4) {
-        (true, true) => sources::MATMUL_DIRECT_VEC4,
-        (true, false) => sources::MATMUL_DIRECT,
-        _ => sources::MATMUL,
-    });
-    let batch: usize = root.dims()[..r - 2].iter().product();
-    let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
-    let kind = match (caps.direct_matmul, vec4) {
-        (true, true) => "direct4_",
-        (true, false) => "direct_",
-        _ => "",
-    };
-    let swapped = if swap { "_ct" } else { "" };
-    let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
-    // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
-    // indexed below its size: checked on odd shapes by tests/ops.rs.
-    let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized();
-    let mut spec = product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
-    if splittable {
-        spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
     }
-    Ok(spec)
+}
+
+/// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.
+fn check_groups(label: &str, groups: [usize; 3], caps: &ShaderCaps) -> Result<[u32; 3]> {
+    let max = caps.max_workgroups as usize;
+    for (what, v) in ["columns", "rows", "batch"].into_iter().zip(groups) {
+        if v > max {
+            return Err(Error::Limit {
+                what: format!("{label}: workgroups over {what}"),
+                needed: v as u64,
+                limit: max as u64,
+            });
+        }
+    }
+    Ok(groups.map(|g| g as u32))
 }
 
 /// The trusted kernel of a product: workgroups `[columns, rows, batch]` checked against
@@ -175,18 +308,8 @@ fn product_spec(
     groups: [usize; 3],
     caps: &ShaderCaps,
 ) -> Result<KernelSpec> {
-    let max = caps.max_workgroups as usize;
-    for (what, v) in ["columns", "rows", "batch"].into_iter().zip(groups) {
-        if v > max {
-            return Err(Error::Limit {
-                what: format!("{label}: workgroups over {what}"),
-                needed: v as u64,
-                limit: max as u64,
-            });
-        }
-    }
-    let empty = root.numel() == 0;
-    let workgroups = if empty { [0, 1, 1] } else { groups.map(|g| g as u32) };
+    let groups = check_groups(&label, groups, caps)?;
+    let workgroups = if root.numel() == 0 { [0, 1, 1] } else { groups };
     Ok(KernelSpec::hand_written(label, source, meta, vec![a, b], root, workgroups, true))
 }
 

@@ -27,6 +27,7 @@ pub mod sources {
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
+    pub const MATMUL_VEC4: &str = include_str!("../../shaders/matmul_vec4.wgsl");
     pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
     pub const NORM: &str = include_str!("../../shaders/norm.wgsl");
     pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
@@ -48,6 +49,14 @@ pub struct ShaderCaps {
     /// The largest register tile a matmul invocation computes (rows, columns): chosen
     /// per adapter by `device::autotune`.
     pub matmul_tile: (u8, u8),
+    /// The tiled kernel loads 4-aligned f32/f16 operands as vectors into 4x4 register
+    /// blocks (`matmul_vec4.wgsl`), chosen per adapter like the tile.
+    pub tiled_vec4: bool,
+    /// Products read a convolution's windows as their tiles load (implicit GEMM; see
+    /// `matmul::reads_operand_in_place`) instead of materialising the column matrix:
+    /// the choice with the tiled kernel. The direct kernel recomputes each window
+    /// index for every row block, which on CPU adapters costs more than the copy.
+    pub implicit_gemm: bool,
     /// The largest storage binding, in bytes: kernels over larger tensors are rendered
     /// with window slots so the executor can split them (and only those, since the
     /// window arithmetic costs a little on every load).

@@ -53,11 +53,9 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         } else if j == 0 {
             rc[j] = q.clone();
         } else {
-            let c = format!("rc{j}");
-            g.emit(&format!("let {c} = {q} % {};", xd[red[j]]));
-            g.emit(&format!("let rq{j} = {q} / {};", xd[red[j]]));
+            let (qq, c) = g.divmod(&q, &xd[red[j]]);
             rc[j] = c;
-            q = format!("rq{j}");
+            q = qq;
         }
     }
     let xc: Vec<String> = (0..x.rank())

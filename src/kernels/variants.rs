@@ -8,12 +8,14 @@ use crate::{DType, Device, Result, Tensor};
 
 /// The two storage conventions for f16, both matmul families, and (with a zero binding
 /// limit) the windowed forms of element-wise kernels and reductions.
-pub fn all_caps() -> [ShaderCaps; 6] {
+pub fn all_caps() -> [ShaderCaps; 8] {
     let caps = |native_f16, direct_matmul, matmul_tile, max_binding| ShaderCaps {
         native_f16,
         max_workgroups: 65535,
         direct_matmul,
         matmul_tile,
+        tiled_vec4: false,
+        implicit_gemm: !direct_matmul,
         max_binding,
     };
     [
@@ -23,6 +25,8 @@ pub fn all_caps() -> [ShaderCaps; 6] {
         caps(false, true, (8, 4), 1 << 30),
         caps(true, false, (4, 4), 0),
         caps(false, true, (8, 4), 0),
+        ShaderCaps { tiled_vec4: true, ..caps(true, false, (4, 4), 1 << 30) },
+        ShaderCaps { tiled_vec4: true, ..caps(false, false, (4, 4), 1 << 30) },
     ]
 }
 
@@ -148,11 +152,20 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let (p, q) = (Tensor::rand([8, 12], 10, &d), Tensor::rand([16, 12], 11, &d));
     out.extend([p.matmul(&q.t()), p.t().matmul(&p), p.matmul(&q.t()).t().matmul(&q), q.t().matmul(&p.t())]);
     out.push(p.cast(DType::F16).matmul(&q.cast(DType::F16).t()));
+    // Wide enough for the tiled vec4 kernel's 64x64 tiles, in every layout.
+    let (p, q) = (Tensor::rand([36, 12], 19, &d), Tensor::rand([40, 12], 20, &d));
+    out.extend([p.matmul(&q.t()), p.t().matmul(&p), p.t().matmul(&q.t()).t(), q.t().matmul(&p.t())]);
+    out.push(p.cast(DType::F16).matmul(&q.cast(DType::F16).t()));
     // Convolution windows and their adjoint.
     let img = Tensor::rand([2, 3, 7, 6], 9, &d);
     let win = crate::graph::Window { kernel: (3, 2), stride: (2, 1), padding: (1, 0), dilation: (1, 2) };
     let cols = img.im2col(win, f64::NEG_INFINITY);
     out.extend([cols.clone(), cols.col2im(win, 7, 6), img.cast(DType::F16).im2col(win, 0.0)]);
+    // Convolutions: an implicit GEMM over the windows on the tiled kernel, grouped, in f16.
+    let opts = crate::ops::nn::Conv2dOptions { stride: (1, 2), padding: (1, 1), dilation: (1, 1), groups: 2 };
+    let cw = Tensor::rand([4, 8, 3, 3], 17, &d);
+    let x16 = Tensor::rand([2, 16, 6, 5], 18, &d);
+    out.extend([x16.conv2d(&cw, None, opts), x16.cast(DType::F16).conv2d(&cw.cast(DType::F16), None, opts)]);
     // Quantised weights: dequantised in loads, fused casts, lookups and matmul (as
     // either operand, stored transposed or not).
     let vals: Vec<f32> = (0..64 * 4).map(|i| (i % 13) as f32 - 6.0).collect();
