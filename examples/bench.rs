@@ -307,6 +307,11 @@ fn run() -> tessera::Result<()> {
                     format!("tuned in {:.1} s: {}", t.elapsed_ms / 1e3, all.join(", "))
                 };
                 eprintln!("autotune: {} ({how})", t.best.name());
+                let attn = if t.fused_attention { "fused" } else { "composed" };
+                match t.attention_ms {
+                    Some((c, f)) => eprintln!("autotune: attention {attn} (composed {c:.2} ms, fused {f:.2} ms)"),
+                    None => eprintln!("autotune: attention {attn} (cached)"),
+                }
             }
             Err(e) => eprintln!("autotune skipped: {e}"),
         }

@@ -98,21 +98,6 @@ fn div_i(a: i32, b: i32) -> i32 {
     return a / b;
 }
 
-// a / b given r = 1 / b as f32 (b > 0): below 2^22 the product is within one of the
-// quotient and one correction makes it exact; above, integer division.
-fn div_fast(a: u32, b: u32, r: f32) -> u32 {
-    if (a >= 4194304u) {
-        return a / b;
-    }
-    var q = u32(f32(a) * r);
-    if (q * b > a) {
-        q = q - 1u;
-    } else if (a - q * b >= b) {
-        q = q + 1u;
-    }
-    return q;
-}
-
 fn div_u(a: u32, b: u32) -> u32 {
     if (b == 0u) {
         return a;

@@ -312,6 +312,27 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     assert_eq!(lookup(&path, &tuned.key), Some(other));
     let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
     assert_eq!(d.matmul_config(), Some(other));
+    assert!(!d.fused_attention(), "no attention entry: the composition");
+    // The measured attention choice is applied: sdpa becomes one fused kernel.
+    let fused = format!(
+        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "fused"}}}}"#,
+        tuned.key,
+        other.kernel(),
+        other.tm,
+        other.tn
+    );
+    std::fs::write(&path, fused).unwrap();
+    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    assert!(d.fused_attention());
+    let (q, k) = (rand_t(&[1, 2, 5, 8], 1, -1.0, 1.0, &d), rand_t(&[1, 2, 7, 8], 2, -1.0, 1.0, &d));
+    tessera::read_all_blocking(&[q.clone(), k.clone()]).unwrap();
+    let before = d.stats();
+    let got = Tensor::scaled_dot_product_attention(&q, &k, &k, None, true).to_f64_vec_blocking().unwrap();
+    assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 1);
+    let cpu = Device::cpu();
+    let (qc, kc) = (rand_t(&[1, 2, 5, 8], 1, -1.0, 1.0, &cpu), rand_t(&[1, 2, 7, 8], 2, -1.0, 1.0, &cpu));
+    let want = Tensor::scaled_dot_product_attention(&qc, &kc, &kc, None, true).to_f64_vec_blocking().unwrap();
+    assert_close("tuned fused attention", &got, &want, Tol { atol: 1e-5, rtol: 1e-4 });
     for bad in [entry("direct", 99), "{not json".to_string(), String::new()] {
         std::fs::write(&path, bad).unwrap();
         assert_eq!(lookup(&path, &tuned.key), None);

@@ -77,6 +77,10 @@ pub struct Tuning {
     pub best: MatmulConfig,
     /// Each candidate's summed median over the probes, in ms (empty when cached).
     pub timings: Vec<(MatmulConfig, f64)>,
+    /// Attention: the fused kernel measured faster than the composition.
+    pub fused_attention: bool,
+    /// Attention probe medians in ms, (composed, fused) (`None` when cached).
+    pub attention_ms: Option<(f64, f64)>,
     /// Read from the cache rather than measured now.
     pub cached: bool,
     /// Wall time of this call, in ms.
@@ -100,7 +104,7 @@ pub fn key(device: &Device) -> String {
 /// The cache key of a device with this description.
 pub(crate) fn key_of(i: &super::DeviceInfo) -> String {
     format!(
-        "{} | {} | {} | tessera {} | fallback {}",
+        "{} | {} | {} | tessera {} | tune {TUNE_VERSION} | fallback {}",
         i.name,
         i.backend,
         i.driver,
@@ -108,6 +112,9 @@ pub(crate) fn key_of(i: &super::DeviceInfo) -> String {
         i.forced_fallback
     )
 }
+
+/// Bumped when the candidates or probes change, so older results are measured again.
+const TUNE_VERSION: u32 = 2;
 
 fn read_cache(path: &Path) -> serde_json::Map<String, serde_json::Value> {
     std::fs::read(path)
@@ -133,6 +140,15 @@ pub fn lookup(path: &Path, key: &str) -> Option<MatmulConfig> {
     CANDIDATES.contains(&c).then_some(c)
 }
 
+/// Whether the cache at `path` says fused attention beat the composition for `key`.
+pub fn lookup_attention(path: &Path, key: &str) -> Option<bool> {
+    match read_cache(path).get(key)?.get("attention")?.as_str()? {
+        "fused" => Some(true),
+        "composed" => Some(false),
+        _ => None,
+    }
+}
+
 /// Tune the adapter `options` select, unless the cache at `path` (default
 /// [`cache_path`]) already holds its result; store what was measured.
 #[cfg(not(target_arch = "wasm32"))]
@@ -147,6 +163,8 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
     drop(probe);
     if let Some(best) = path.as_deref().and_then(|p| lookup(p, &key)) {
         return Ok(Tuning {
+            fused_attention: path.as_deref().and_then(|p| lookup_attention(p, &key)) == Some(true),
+            attention_ms: None,
             key,
             best,
             timings: Vec::new(),
@@ -160,6 +178,9 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         timings.push((c, probe_ms(&d)?));
     }
     let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0).unwrap_or(CANDIDATES[0]);
+    let d = Device::with_options(DeviceOptions { matmul: Some(best), autotune_cache: None, ..options.clone() })?;
+    let attention_ms = attention_probe_ms(&d)?;
+    let fused_attention = attention_ms.1 < attention_ms.0;
     if let Some(p) = &path {
         let mut cache = read_cache(p);
         cache.insert(
@@ -168,6 +189,8 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
                 "kernel": best.kernel(),
                 "tm": best.tm,
                 "tn": best.tn,
+                "attention": if fused_attention { "fused" } else { "composed" },
+                "attention_ms": { "composed": attention_ms.0, "fused": attention_ms.1 },
                 "probe_ms": timings.iter().map(|(c, ms)| (c.name(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
             }),
         );
@@ -178,7 +201,38 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         let bytes = serde_json::to_vec_pretty(&serde_json::Value::Object(cache)).unwrap_or_default();
         crate::io::write_atomic(p, &bytes)?;
     }
-    Ok(Tuning { key, best, timings, cached: false, elapsed_ms: t0.elapsed().as_secs_f64() * 1e3 })
+    Ok(Tuning {
+        key,
+        best,
+        timings,
+        fused_attention,
+        attention_ms: Some(attention_ms),
+        cached: false,
+        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Median ms of attention (12 heads of 64, sequence 512 on GPUs, 128 on CPU adapters)
+/// composed and fused: `(composed, fused)`.
+#[cfg(not(target_arch = "wasm32"))]
+fn attention_probe_ms(d: &Device) -> Result<(f64, f64)> {
+    let t = if d.info().device_type == "Cpu" { 128 } else { 512 };
+    let qkv: Vec<Tensor> = (0..3).map(|i| Tensor::rand([1, 12, t, 64], 3 + i, d)).collect();
+    crate::read_all_blocking(&qkv)?;
+    let time = |fused: bool| -> Result<f64> {
+        let run = || -> Result<f64> {
+            let t0 = Instant::now();
+            crate::ops::nn::sdpa_impl(&qkv[0], &qkv[1], &qkv[2], None, false, fused, std::panic::Location::caller())?
+                .realize_blocking()?;
+            d.synchronize()?;
+            Ok(t0.elapsed().as_secs_f64() * 1e3)
+        };
+        run()?;
+        let mut v = [run()?, run()?, run()?, run()?, run()?];
+        v.sort_by(|x, y| x.total_cmp(y));
+        Ok(v[2])
+    };
+    Ok((time(false)?, time(true)?))
 }
 
 /// Summed median ms of the probe products: a square and a BERT-like `x @ w.t()`, sized

@@ -42,6 +42,9 @@ pub(crate) struct GpuContext {
     /// Test hook (`DeviceOptions::invalid_kernel_for_testing`): kernels whose label
     /// contains this get invalid WGSL, to exercise the compile-error path.
     pub invalid_kernel: Option<String>,
+    /// `scaled_dot_product_attention` runs the fused kernel rather than the composition
+    /// (the autotuner's measured choice; `TESSERA_FUSED_ATTENTION=1|0` overrides).
+    pub fused_attention: bool,
     /// Whether this device must be used under [`GL_LOCK`].
     serial: bool,
 }
@@ -225,6 +228,16 @@ impl GpuContext {
                 super::autotune::MatmulConfig::default_for(crate::kernels::matmul::prefer_direct(&ctx.info.device_type))
             }),
         };
+        ctx.fused_attention = match std::env::var("TESSERA_FUSED_ATTENTION").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => {
+                options.matmul.is_none()
+                    && options.tiled_matmul.is_none()
+                    && options.autotune_cache.as_deref().and_then(|p| super::autotune::lookup_attention(p, &key))
+                        == Some(true)
+            }
+        };
         ctx.caps.direct_matmul = config.direct;
         ctx.caps.matmul_tile = (config.tm, config.tn);
         ctx.caps.tiled_vec4 = !config.direct && config.vec4;
@@ -292,6 +305,7 @@ impl GpuContext {
             lost,
             uncaptured,
             invalid_kernel: None,
+            fused_attention: false,
             serial: false,
             device,
             queue,

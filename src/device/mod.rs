@@ -292,6 +292,16 @@ impl Device {
         }
     }
 
+    /// Whether `scaled_dot_product_attention` runs the fused kernel here (the
+    /// autotuner measured it faster than the composition on this adapter, or
+    /// `TESSERA_FUSED_ATTENTION=1`).
+    pub fn fused_attention(&self) -> bool {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.fused_attention,
+            Backend::Cpu { .. } => false,
+        }
+    }
+
     /// Whether this is the unrounded reference backend ([`Device::cpu_exact`]).
     pub fn is_exact(&self) -> bool {
         matches!(self.0.backend, Backend::Cpu { exact: true })

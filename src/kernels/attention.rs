@@ -60,13 +60,16 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
     }
     // Tiles of BK keys: K and V tiles together within 16 KiB of workgroup memory (each
-    // tile row is ceil(D / 4) vec4s).
-    let bk = (512 / d.div_ceil(4)).clamp(1, 64);
-    let wq = 64;
+    // tile row is ceil(D / 4) vec4s). SPLIT invocations per query, QW queries per
+    // workgroup; merging the partial states reuses the tiles (QW rows and states, 528
+    // vec4s at most for D = 128, within the 1024 of the tiles).
+    let dv = d.div_ceil(4);
+    let bk = (512 / dv).clamp(1, 64);
+    let (split, qw) = (4, 16);
     src.push_str(&format!(
-        "const D: u32 = {d}u;\nconst BK: u32 = {bk}u;\nconst TILE: u32 = {}u;\nconst WQ: u32 = {wq}u;\n\
-         const CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n",
-        bk * d.div_ceil(4)
+        "const D: u32 = {d}u;\nconst BK: u32 = {bk}u;\nconst TILE: u32 = {}u;\nconst QW: u32 = {qw}u;\n\
+         const SPLIT: u32 = {split}u;\nconst KB: u32 = 8u;\nconst CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n",
+        bk * dv
     ));
     src.push_str(&store_fn(out_dt, caps));
     src.push_str(sources::ATTENTION);
@@ -78,7 +81,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         if has_bias { "_mask" } else { "" }
     );
     let max = caps.max_workgroups as usize;
-    let gx = t.div_ceil(wq);
+    let gx = t.div_ceil(qw);
     // Heads over y, folded into z past the per-dimension limit.
     let gy = bh.min(max);
     let gz = bh.div_ceil(gy.max(1));

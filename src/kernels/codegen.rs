@@ -92,8 +92,6 @@ pub(crate) struct Gen<'a> {
     is_leaf: &'a dyn Fn(&Tensor) -> bool,
     memo: HashMap<(u64, String), String>,
     dims: HashMap<u64, Vec<String>>,
-    /// Meta slot of each divisor slot's f32 reciprocal (see [`Gen::divmod`]).
-    recips: HashMap<usize, String>,
     next: usize,
     pub checks: Vec<IndexCheck>,
     pub uses_f16: bool,
@@ -136,7 +134,6 @@ impl<'a> Gen<'a> {
             is_leaf,
             memo: HashMap::new(),
             dims: HashMap::new(),
-            recips: HashMap::new(),
             next: 0,
             checks: Vec::new(),
             uses_f16: false,
@@ -161,28 +158,10 @@ impl<'a> Gen<'a> {
         e
     }
 
-    /// `(q / d, q % d)` for a divisor `d` read from a meta slot (`m(k)`), through its
-    /// f32 reciprocal in another slot (`div_fast` in `shaders/common.wgsl`): a multiply
-    /// and a correction instead of an integer division, which GPUs expand into dozens
-    /// of instructions and CPU adapters cannot vectorise.
+    /// `(q / d, q % d)` as two named values (drivers compute both with one division).
     pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
-        let index = d.strip_prefix("m(").and_then(|x| x.strip_suffix("u)")).and_then(|x| x.parse::<usize>().ok());
-        let Some(k) = index.filter(|&k| k < self.meta.len()) else {
-            let qq = self.let_("q", format!("{q} / {d}"));
-            return (qq, self.let_("c", format!("{q} % {d}")));
-        };
-        let r = match self.recips.get(&k) {
-            Some(r) => r.clone(),
-            None => {
-                let v = self.meta[k];
-                let r = self.slot(if v == 0 { 0 } else { (1.0f32 / v as f32).to_bits() });
-                self.recips.insert(k, r.clone());
-                r
-            }
-        };
-        let qq = self.let_("q", format!("div_fast({q}, {d}, bitcast<f32>({r}))"));
-        let c = self.let_("c", format!("{q} - {qq} * {d}"));
-        (qq, c)
+        let qq = self.let_("q", format!("{q} / {d}"));
+        (qq, self.let_("c", format!("{q} % {d}")))
     }
 
     /// Start the next WGSL function: returns the body rendered so far, and forgets the

@@ -136,8 +136,9 @@ impl Tensor {
     /// `softmax(q k^T / sqrt(d) + mask) v` over the last two axes. `q` is `[.., T, d]`,
     /// `k` `[.., S, d]`, `v` `[.., S, dv]`. `mask` is a Bool keep-mask or a float bias
     /// broadcastable to `[.., T, S]`; `causal` hides keys after each query. Runs as
-    /// matmul, softmax and matmul kernels, or as the fused kernel where
-    /// `TESSERA_FUSED_ATTENTION=1` (see [`Tensor::scaled_dot_product_attention_fused`]).
+    /// matmul, softmax and matmul kernels, or as the fused kernel where the device
+    /// prefers it ([`Device::fused_attention`](crate::Device::fused_attention): the
+    /// autotuner's measurement, or `TESSERA_FUSED_ATTENTION=1`).
     #[track_caller]
     pub fn scaled_dot_product_attention(
         q: &Tensor,
@@ -147,15 +148,12 @@ impl Tensor {
         causal: bool,
     ) -> Tensor {
         let loc = Location::caller();
-        let fused = std::env::var("TESSERA_FUSED_ATTENTION").as_deref() == Ok("1");
-        q.lift(sdpa_impl(q, k, v, mask, causal, fused, loc))
+        q.lift(sdpa_impl(q, k, v, mask, causal, q.device().fused_attention(), loc))
     }
 
     /// [`Tensor::scaled_dot_product_attention`] as one fused flash-style kernel
     /// (`shaders/attention.wgsl`) where its inputs allow (same dtype f32/f16, head dim up
-    /// to 128 and even for f16, equal batch axes); otherwise the composition. Measured
-    /// slower than the composition on lavapipe (seq 512: 297 vs 156 ms) and on an H200
-    /// (0.45 vs 0.17 ms at seq 128): one query per invocation leaves GPUs underused.
+    /// to 128 and even for f16, equal batch axes); otherwise the composition.
     #[track_caller]
     pub fn scaled_dot_product_attention_fused(
         q: &Tensor,
@@ -244,7 +242,7 @@ fn pool_impl(x: &Tensor, k: usize, stride: usize, padding: usize, max: bool, loc
     Ok(if max { cols.max(&[2], false) } else { cols.mean(&[2], false) })
 }
 
-fn sdpa_impl(
+pub(crate) fn sdpa_impl(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
