@@ -458,6 +458,31 @@ fn run() -> tessera::Result<()> {
             });
         }
     }
+    if want("quantize") {
+        // Quantisation on the device (one kernel) against the host quantiser.
+        let (r, c) = (1024usize, 1024usize);
+        let x = Tensor::rand([r, c], 11, &d) - 0.5;
+        sync(&d, &x);
+        let xs = x.to_vec_blocking::<f32>()?;
+        for dt in [DType::Q8_0, DType::Q4_0] {
+            let (ms, cold) = time(args.seconds, || sync(&d, &x.quantize(dt)));
+            let t = Instant::now();
+            let host = quant::quantize(dt, &xs);
+            let host_ms = t.elapsed().as_secs_f64() * 1e3;
+            let back = x.quantize(dt).cast(DType::F32).to_vec_blocking::<f32>()?;
+            let same = x.quantize(dt).quantized_blocks_blocking()? == host;
+            rows.push(Row {
+                case: "quantize",
+                dtype: dt.name().into(),
+                shape: format!("{r}x{c} f32"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: (r * c * 4) as f64 / 1e9 / (ms / 1e3),
+                unit: "GB/s",
+                extra: Some(serde_json::json!({ "host_ms": host_ms, "quant_err": rel_rms(&back, &xs), "same_as_host": f64::from(u8::from(same)) })),
+            });
+        }
+    }
     if want("conv2d") {
         let x = Tensor::rand([8, 64, 56, 56], 9, &d) - 0.5;
         let w = (Tensor::rand([64, 64, 3, 3], 10, &d) - 0.5) * 0.1;

@@ -142,18 +142,24 @@ fn eq_f(a: f32, b: f32) -> bool {
     return a == b && !is_nan_f(a) && !is_nan_f(b);
 }
 
-// f32 -> f16 -> f32 rounding (round to nearest even; past 65520 it overflows to inf) as
-// one builtin that drivers keep: NVIDIA's Vulkan driver folds f32(f16(x)) and
-// unpack2x16float(pack2x16float(x)) away, and quantizeToF16 alone is unspecified past
-// the f16 range. Below the smallest normal f16 (2^-14) values round to multiples of
-// 2^-24 by hand (exact in f32; WGSL's round() is to even), as some drivers flush
-// f16 subnormals to zero.
+// f32 -> f16 -> f32 rounding: to nearest, ties to even (as the host's `half` crate), past
+// 65520 to inf, by integer arithmetic on the bits. Not `quantizeToF16`: WGSL lets a
+// conversion to f16 pick either neighbour (SwiftShader does not round to nearest, so
+// its quantisation scales differed from the host's), some drivers flush f16
+// subnormals, and NVIDIA's driver folds f32(f16(x)) and unpack2x16float(pack2x16float(x))
+// away. Below the smallest normal f16 (2^-14) values round to multiples of 2^-24
+// (exact in f32; WGSL's round() is to even).
 fn round_f16(x: f32) -> f32 {
-    if (abs(x) >= 65520.0) {
+    let a = abs(x);
+    if (a >= 65520.0) {
         return bitcast<f32>((bitcast<u32>(x) & 0x80000000u) | 0x7f800000u);
     }
-    if (abs(x) < 6.103515625e-5) {
+    if (a < 6.103515625e-5) {
         return round(x * 16777216.0) * 5.9604644775390625e-8;
     }
-    return quantizeToF16(clamp(x, -65504.0, 65504.0));
+    // Keep 10 of the 23 mantissa bits, rounding on bit 13 (half to even); a carry
+    // moves into the exponent as it should.
+    let b = bitcast<u32>(x);
+    let r = b + 0xfffu + ((b >> 13u) & 1u);
+    return bitcast<f32>(r & 0xffffe000u);
 }

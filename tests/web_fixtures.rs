@@ -271,14 +271,14 @@ fn cases() -> Vec<Case> {
             name: "q8_0_matmul",
             inputs: vec![inp("a", &[3, 64], S), inp("w", &[5, 64], S)],
             js: "a.matmul((await w.quantize('q8_0')).t())",
-            run: |t| t["a"].matmul(&quant::quantize_tensor_blocking(&t["w"], DType::Q8_0).unwrap().t()),
+            run: |t| t["a"].matmul(&t["w"].quantize(DType::Q8_0).t()),
             tol: QUANT,
         },
         Case {
             name: "q4_0_gemv",
             inputs: vec![inp("a", &[1, 64], S), inp("w", &[7, 64], S)],
             js: "a.matmul((await w.quantize('q4_0')).t())",
-            run: |t| t["a"].matmul(&quant::quantize_tensor_blocking(&t["w"], DType::Q4_0).unwrap().t()),
+            run: |t| t["a"].matmul(&t["w"].quantize(DType::Q4_0).t()),
             tol: QUANT,
         },
     ]
