@@ -429,11 +429,12 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         // Rounding to a grid has no useful derivative: quantisation stops gradients.
         Op::Quantize => vec![None],
         Op::Norm { rms, eps, weight, bias } => {
-            // n = normalised x (recomputed), y = n * w + b.
-            let x = x();
+            // n = normalised x (recomputed), y = n * w + b; in f32 (the kernel's
+            // precision for f16 inputs too), each gradient back in its input's dtype.
+            let x = x().cast(DType::F32);
             let ax = [-1isize];
             let (n, rstd) = crate::ops::nn::normalise(&x, *rms, *eps);
-            let w = weight.then(|| ins[1].clone());
+            let w = weight.then(|| ins[1].cast(DType::F32));
             let gn = match &w {
                 Some(w) => g.mul(w),
                 None => g.clone(),
@@ -442,25 +443,27 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
             if !*rms {
                 proj = proj.sub(&gn.mean(&ax, true));
             }
-            let mut out = vec![wanted[0].then(|| proj.mul(&rstd))];
+            let mut out = vec![wanted[0].then(|| proj.mul(&rstd).cast(ins[0].dtype()))];
             if let Some(w) = &w {
-                out.push(wanted[1].then(|| unbroadcast(&g.mul(&n), w.dims())));
+                out.push(wanted[1].then(|| unbroadcast(&g.mul(&n), w.dims()).cast(ins[1].dtype())));
             }
             if *bias {
                 let b = &ins[1 + usize::from(*weight)];
-                out.push(wanted[out.len()].then(|| unbroadcast(g, b.dims())));
+                out.push(wanted[out.len()].then(|| unbroadcast(g, b.dims()).cast(b.dtype())));
             }
             out
         }
         Op::Softmax { axis, log } => {
             // y = softmax: g*y - y*sum(g*y); y = log_softmax: g - exp(y)*sum(g).
+            // (f16 inputs: the kernel computed in f32; the gradient returns to f16.)
             let ax = [*axis as isize];
-            if *log {
-                one(g.sub(&t.exp().mul(&g.sum(&ax, true))))
+            let dx = if *log {
+                g.sub(&t.exp().mul(&g.sum(&ax, true)))
             } else {
                 let gy = g.mul(t);
-                one(gy.sub(&t.mul(&gy.sum(&ax, true))))
-            }
+                gy.sub(&t.mul(&gy.sum(&ax, true)))
+            };
+            one(dx.cast(ins[0].dtype()))
         }
         Op::Attention { causal } => {
             // Recompute the probabilities, then the usual softmax-attention adjoints.

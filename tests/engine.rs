@@ -409,3 +409,42 @@ fn convolutions_are_implicit_gemms_on_the_tiled_kernel() {
         assert_close(&format!("conv2d dw tiled={tiled}"), &gw, &want_gw, tol.scaled(40));
     }
 }
+
+/// f16 softmax and layer norm take the one-kernel paths too (computed in f32, rounded
+/// once by a cast), and their gradients come back in f16.
+#[test]
+fn f16_softmax_and_norms_are_one_kernel_each() {
+    let Some(d) = private_device(DeviceOptions::default()) else {
+        return;
+    };
+    let build = |dev: &Device| {
+        let x = rand_t(&[6, 40], 1, -3.0, 3.0, dev).cast(DType::F16).requires_grad();
+        let w = rand_t(&[40], 2, 0.5, 1.5, dev).cast(DType::F16).requires_grad();
+        let b = rand_t(&[40], 3, -0.5, 0.5, dev).cast(DType::F16);
+        (x, w, b)
+    };
+    let (x, w, b) = build(&d);
+    tessera::read_all_blocking(&[x.clone(), w.clone(), b.clone()]).unwrap();
+    for (name, y) in [("softmax", x.softmax(-1)), ("layer_norm", x.layer_norm(Some(&w), Some(&b), 1e-5))] {
+        let before = d.stats();
+        y.realize_blocking().unwrap();
+        // The kernel (f32 out) and the cast to f16.
+        assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 2, "{name}");
+        assert_eq!(y.dtype(), DType::F16);
+    }
+    let cpu = Device::cpu();
+    let (xc, wc, bc) = build(&cpu);
+    let loss = |x: &Tensor, w: &Tensor, b: &Tensor| {
+        (x.softmax(-1).cast(DType::F32).square().sum(&[], false)
+            + x.layer_norm(Some(w), Some(b), 1e-5).cast(DType::F32).square().sum(&[], false))
+        .reshape(vec![1])
+    };
+    let (l, lc) = (loss(&x, &w, &b), loss(&xc, &wc, &bc));
+    let (g, gc) = (l.backward().unwrap(), lc.backward().unwrap());
+    for (t, tc) in [(&x, &xc), (&w, &wc)] {
+        let (gt, gtc) = (g.get(t).unwrap(), gc.get(tc).unwrap());
+        assert_eq!(gt.dtype(), DType::F16);
+        let got = gt.to_f64_vec_blocking().unwrap();
+        assert_close("f16 gradient", &got, &gtc.to_f64_vec_blocking().unwrap(), Tol { atol: 2e-2, rtol: 2e-2 });
+    }
+}

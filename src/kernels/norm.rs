@@ -14,7 +14,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let d = root.dims().last().copied().unwrap_or(1);
     let rows = root.numel().checked_div(d).unwrap_or(0);
     let meta = vec![d as u32, rows as u32, (eps as f32).to_bits()];
-    let mut src = header(meta.len(), root.dtype(), false, caps);
+    let f16_in = inputs.iter().any(|t| t.dtype() == crate::DType::F16);
+    let mut src = header(meta.len(), root.dtype(), f16_in, caps);
     src.push_str(&super::input_loads(&inputs, caps));
     // The bias is input 1 when there is no weight: name the loads by role.
     let (w_at, b_at) = (weight.then_some(1), bias.then_some(1 + usize::from(weight)));

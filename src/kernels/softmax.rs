@@ -16,7 +16,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let inner: usize = dims[axis + 1..].iter().product();
     let rows = root.numel().checked_div(a).unwrap_or(0);
     let meta = vec![a as u32, inner as u32, rows as u32];
-    let mut src = header(meta.len(), root.dtype(), false, caps);
+    let f16_in = inputs.iter().any(|t| t.dtype() == crate::DType::F16);
+    let mut src = header(meta.len(), root.dtype(), f16_in, caps);
     src.push_str(&super::input_loads(&inputs, caps));
     src.push_str(&format!("const RW: u32 = {RW}u;\nconst LOG: bool = {log};\n"));
     src.push_str(sources::COMMON);

@@ -322,15 +322,15 @@ pub(crate) fn normalise(x: &Tensor, rms: bool, eps: f64) -> (Tensor, Tensor) {
     (xc.mul(&rstd), rstd)
 }
 
-/// The one-kernel normalisation (`Op::Norm`) where it applies: f32 `x` of rank >= 1 with
-/// a non-empty last axis, weight and bias (if any) f32 of shape `[D]`; otherwise `None`
-/// (the composition runs and reports any error).
+/// The one-kernel normalisation (`Op::Norm`) where it applies: f32 or f16 `x` of rank
+/// one or more with a non-empty last axis, weight and bias (if any) of its dtype and
+/// shape `[D]` (f16 is computed in f32 and rounded once, by a cast after the kernel);
+/// otherwise `None` (the composition runs and reports any error).
 fn fused_norm(x: &Tensor, rms: bool, eps: f64, w: Option<&Tensor>, b: Option<&Tensor>, loc: Loc) -> Option<Tensor> {
     let d = *x.dims().last()?;
-    let fits = |t: Option<&Tensor>| {
-        t.is_none_or(|t| t.dtype() == DType::F32 && t.dims() == [d] && t.device().same(x.device()))
-    };
-    if x.dtype() != DType::F32
+    let fits =
+        |t: Option<&Tensor>| t.is_none_or(|t| t.dtype() == x.dtype() && t.dims() == [d] && t.device().same(x.device()));
+    if !matches!(x.dtype(), DType::F32 | DType::F16)
         || d == 0
         || !fits(w)
         || !fits(b)
@@ -343,7 +343,7 @@ fn fused_norm(x: &Tensor, rms: bool, eps: f64, w: Option<&Tensor>, b: Option<&Te
     ins.extend(w.cloned());
     ins.extend(b.cloned());
     let op = Op::Norm { rms, eps, weight: w.is_some(), bias: b.is_some() };
-    Some(Tensor::make_at(op, ins, x.shape().clone(), DType::F32, x.device(), loc))
+    Some(Tensor::make_at(op, ins, x.shape().clone(), DType::F32, x.device(), loc).cast_at(x.dtype(), loc))
 }
 
 /// The score every masked key gets (a fully masked row then averages its values).

@@ -103,24 +103,26 @@ impl Tensor {
         self.dtype().storage_bytes(self.numel()) > self.device().capabilities().max_storage_buffer_binding_size
     }
 
-    /// The one-kernel softmax (`Op::Softmax`) for f32 along a valid axis; other dtypes
-    /// (and bad axes, which the composition reports) take the composition.
+    /// The one-kernel softmax (`Op::Softmax`) for f32 or f16 along a valid axis (f16
+    /// is computed in f32 and rounded once, by a cast after the kernel); bad axes, which
+    /// the composition reports, take the composition.
     fn fused_softmax(&self, axis: isize, log: bool, loc: Loc) -> Option<Tensor> {
         let axis = crate::shape::normalize_axis(axis, self.rank())?;
-        if self.dtype() != DType::F32
+        if !matches!(self.dtype(), DType::F32 | DType::F16)
             || std::env::var("TESSERA_FUSED_SOFTMAX").as_deref() == Ok("0")
             || self.exceeds_binding()
         {
             return None;
         }
-        Some(Tensor::make_at(
+        let y = Tensor::make_at(
             Op::Softmax { axis, log },
             vec![self.clone()],
             self.shape().clone(),
-            self.dtype(),
+            DType::F32,
             self.device(),
             loc,
-        ))
+        );
+        Some(y.cast_at(self.dtype(), loc))
     }
 
     fn float_only(&self, op: &'static str, loc: Loc) -> Result<()> {
