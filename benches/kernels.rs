@@ -74,6 +74,16 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
 
+    let mut g = c.benchmark_group("quantize");
+    g.sample_size(10);
+    let x = Tensor::rand([1024, 1024], 11, &d) - 0.5;
+    ready(&[&x]);
+    g.throughput(Throughput::Bytes(4 * 1024 * 1024));
+    for dt in [DType::Q8_0, DType::Q4_0] {
+        g.bench_function(format!("1024x1024_{dt}"), |b| b.iter(|| run(&d, &x.quantize(dt))));
+    }
+    g.finish();
+
     let mut g = c.benchmark_group("conv2d");
     g.sample_size(10);
     let x = Tensor::rand([8, 64, 56, 56], 9, &d);

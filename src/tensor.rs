@@ -262,7 +262,7 @@ impl Tensor {
     /// The graph under this tensor as Graphviz DOT after fusion: one cluster per kernel.
     pub fn to_dot_fused(&self) -> String {
         let max = self.device().max_kernel_inputs();
-        crate::graph::dot::schedule_dot(std::slice::from_ref(self), max)
+        crate::graph::dot::schedule_dot(std::slice::from_ref(self), max, self.device().implicit_gemm())
     }
 }
 

@@ -395,7 +395,11 @@ fn convolutions_are_implicit_gemms_on_the_tiled_kernel() {
             return;
         };
         let (x, w, b) = build(&d);
+        tessera::read_all_blocking(&[x.clone(), w.clone(), b.clone()]).unwrap();
         let y = x.conv2d(&w, Some(&b), opts);
+        // The fused DOT draws the same kernels, the windows inside the product.
+        let dot = y.to_dot_fused();
+        assert_eq!(dot.matches("subgraph cluster").count(), if tiled { 2 } else { 3 }, "{dot}");
         let before = d.stats();
         let got = y.to_f64_vec_blocking().unwrap();
         let kernels = d.stats().kernels_dispatched - before.kernels_dispatched;

@@ -302,6 +302,14 @@ impl Device {
         }
     }
 
+    /// Whether products read convolution windows in place (implicit GEMM) here.
+    pub fn implicit_gemm(&self) -> bool {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.caps.implicit_gemm,
+            Backend::Cpu { .. } => false,
+        }
+    }
+
     /// Whether this is the unrounded reference backend ([`Device::cpu_exact`]).
     pub fn is_exact(&self) -> bool {
         matches!(self.0.backend, Backend::Cpu { exact: true })

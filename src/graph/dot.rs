@@ -1,7 +1,7 @@
 //! Graphviz DOT of a graph, before fusion (one node per op) and after (one cluster per
 //! kernel, labelled with the kernel's name).
 
-use super::schedule::{schedule, topo_order};
+use super::schedule::topo_order;
 use crate::Tensor;
 use std::fmt::Write;
 
@@ -51,9 +51,10 @@ pub fn graph_dot(targets: &[Tensor]) -> String {
     out
 }
 
-/// The same graph grouped into the kernels the scheduler would launch.
-pub fn schedule_dot(targets: &[Tensor], max_inputs: usize) -> String {
-    let sched = schedule(targets, max_inputs);
+/// The same graph grouped into the kernels the scheduler would launch (with
+/// `implicit_gemm`, convolution windows inside the products that read them).
+pub fn schedule_dot(targets: &[Tensor], max_inputs: usize, implicit_gemm: bool) -> String {
+    let sched = super::schedule::schedule_with(targets, max_inputs, u64::MAX, implicit_gemm);
     let nodes = topo_order(targets);
     let mut owner: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     // A node belongs to the first kernel (in order) whose fused region reaches it.
@@ -64,9 +65,6 @@ pub fn schedule_dot(targets: &[Tensor], max_inputs: usize) -> String {
                 continue;
             }
             owner.insert(t.id(), k);
-            if kern.kind == super::schedule::KernelKind::Matmul {
-                continue;
-            }
             for i in &t.node().inputs {
                 if !sched.is_buffer(i) {
                     stack.push(i.clone());
