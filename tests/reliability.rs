@@ -423,7 +423,24 @@ fn split_cases(dev: &Device) {
     let picked: Vec<f64> =
         [5usize, 699, 0].iter().flat_map(|&r| host[r * 1000..(r + 1) * 1000].iter().map(|&v| v as f64)).collect();
     let tail: Vec<f64> = host[1000..700_000].iter().map(|&v| v as f64).collect();
+    // Convolutions: a 1.25 MB input (columns materialised and split), and a small one
+    // whose 1.2 MB column matrix is read in place by the tiled kernel's implicit GEMM.
+    let conv = |d: &Device, x: &[usize]| {
+        let n: usize = x.iter().product();
+        let xv: Vec<f32> = (0..n).map(|i| ((i * 31) % 17) as f32 / 17.0 - 0.5).collect();
+        let wv: Vec<f32> = (0..4 * x[1] * 9).map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5).collect();
+        let xt = Tensor::from_slice(&xv, x.to_vec(), d);
+        xt.conv2d(&Tensor::from_slice(&wv, [4, x[1], 3, 3], d), None, tessera::ops::nn::Conv2dOptions::new(1, 1))
+    };
+    let cpu = Device::cpu();
+    let (big_in, big_cols) = ([1usize, 16, 140, 140], [1usize, 8, 64, 64]);
     let cases = [
+        ("a convolution over a large input", conv(&dev, &big_in), conv(&cpu, &big_in).to_f64_vec_blocking().unwrap()),
+        (
+            "a convolution with a large column matrix",
+            conv(&dev, &big_cols),
+            conv(&cpu, &big_cols).to_f64_vec_blocking().unwrap(),
+        ),
         (
             "a gather from a large table",
             stored.index_select(0, &Tensor::from_slice(&[5i32, 699, 0], [3], &dev)),

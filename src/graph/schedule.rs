@@ -142,6 +142,8 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
 pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, implicit_gemm: bool) -> Schedule {
     let order = topo_order(targets);
     let mut mat: HashSet<u64> = HashSet::new();
+    // Matmul operands left to be read in place (implicit GEMM), checked again below.
+    let mut in_place_operands: Vec<Tensor> = Vec::new();
     for t in targets {
         if !t.is_realized() {
             mat.insert(t.id());
@@ -157,11 +159,18 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
                 for (j, i) in t.node().inputs.iter().enumerate() {
                     match matmul_operand(i, &mat) {
                         None => {
+                            // In place only where nothing needs splitting: the product, this
+                            // operand's buffer and the other operand fit one binding each.
                             let is_buffer = |x: &Tensor| x.is_realized() || mat.contains(&x.id());
+                            let fits = |x: &Tensor| crate::graph::execute::storage_bytes(x) <= max_binding;
+                            let other = &t.node().inputs[1 - j];
                             let in_place = implicit_gemm
-                                && crate::graph::execute::storage_bytes(t) <= max_binding
+                                && fits(t)
+                                && matmul_operand(other, &mat).is_none_or(|(b, _)| fits(&b))
                                 && crate::kernels::matmul::reads_operand_in_place(i, &is_buffer, max_binding);
-                            if !in_place {
+                            if in_place {
+                                in_place_operands.push(i.clone());
+                            } else {
                                 mat.insert(i.id());
                             }
                         }
@@ -231,6 +240,15 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             mat.insert(t.id());
         }
         depth.insert(t.id(), if mat.contains(&t.id()) { 0 } else { d });
+    }
+    // An operand left in place whose chain the passes above cut (a shared column matrix
+    // made a buffer) is still read in place if that buffer fits a binding; else it is
+    // materialised, and the copy splits like any other.
+    for i in &in_place_operands {
+        let is_buffer = |x: &Tensor| x.is_realized() || mat.contains(&x.id());
+        if !is_buffer(i) && crate::kernels::matmul::remap_chain(i, &is_buffer, max_binding).is_none() {
+            mat.insert(i.id());
+        }
     }
     // Split groups that read too many buffers or hold too many ops.
     loop {

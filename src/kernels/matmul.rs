@@ -159,21 +159,28 @@ fn batch_meta(out: &[usize], ad: &[usize], bd: &[usize], (m, n, k): (usize, usiz
 /// Whether `t`, a matmul operand that is not a buffer, is read by the product itself
 /// (an implicit GEMM) rather than materialised first: a chain of index remaps (reshape,
 /// permute, expand, slice, pad) over sliding windows (`Im2col`) of one buffer, as a
-/// convolution's column matrix is. `is_buffer` says which nodes are buffers; each
+/// convolution's column matrix is. `is_buffer` says which nodes are buffers; the
 /// buffer must fit one storage binding.
 pub fn reads_operand_in_place(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> bool {
+    remap_chain(t, is_buffer, max_binding) == Some(true)
+}
+
+/// `Some(whether it passes through Im2col)` when `t` is a chain of index remaps down to
+/// one buffer that fits a binding (what a product can still read in place once later
+/// scheduling passes have materialised part of the chain); `None` otherwise.
+pub fn remap_chain(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> Option<bool> {
     let mut cur = t.clone();
     let mut windows = false;
     loop {
         if is_buffer(&cur) {
-            return windows && crate::graph::execute::storage_bytes(&cur) <= max_binding;
+            return (crate::graph::execute::storage_bytes(&cur) <= max_binding).then_some(windows);
         }
         let next = {
             let n = cur.node();
             match n.op {
                 Op::Im2col { .. } => windows = true,
                 Op::Reshape | Op::Permute { .. } | Op::Expand | Op::Slice { .. } | Op::Pad { .. } => {}
-                _ => return false,
+                _ => return None,
             }
             n.inputs[0].clone()
         };
@@ -183,9 +190,9 @@ pub fn reads_operand_in_place(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, m
 
 /// Render a product one of whose operands is an index-remapping expression (see
 /// [`reads_operand_in_place`]): an implicit GEMM. Both operands load through
-/// generated functions of their logical linear index, into the tiled kernel (or the
-/// direct one on CPU adapters), so a convolution's windows are gathered as the tiles
-/// load instead of being written out as a column matrix first.
+/// generated functions of their (batch, row, column) coordinates, in the tiled kernel
+/// (whatever the adapter's own choice), so a convolution's windows are gathered as the
+/// tiles load instead of being written out as a column matrix first.
 pub fn render_in_place(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
     let r = root.rank();
     let (a, b) = (&root.node().inputs[0], &root.node().inputs[1]);
