@@ -224,6 +224,11 @@ fn nn_op_gradients() {
         &[In(&[1, 4, 4, 5], -1.0, 1.0), In(&[4, 2, 3, 2], -1.0, 1.0), In(&[4], -1.0, 1.0)],
         &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), o),
     );
+    gradcheck(
+        "conv_transpose2d_grouped_strided_dilated",
+        &[In(&[1, 4, 3, 3], -1.0, 1.0), In(&[4, 3, 3, 2], -1.0, 1.0), In(&[6], -1.0, 1.0)],
+        &move |xs: &[Tensor]| xs[0].conv_transpose2d(&xs[1], Some(&xs[2]), o, (1, 0)),
+    );
     gradcheck("pools", &[In(&[1, 2, 5, 4], -2.0, 2.0)], &|xs: &[Tensor]| {
         let x = &xs[0];
         Tensor::concat(
@@ -347,6 +352,88 @@ fn conv2d_matches_direct_convolution() {
             Tol { atol: 1e-5, rtol: 1e-5 }.scaled(cg * k * k),
         );
     }
+}
+
+/// conv_transpose2d against a direct scatter loop, and as the adjoint of conv2d: for
+/// y = conv2d(z, w), the gradient of <y, g> with respect to z is conv_transpose2d(g, w).
+#[test]
+fn conv_transpose2d_matches_direct_scatter() {
+    use tessera::ops::nn::Conv2dOptions;
+    let (n, c, h, w, og, g, k) = (2usize, 4usize, 5usize, 4usize, 3usize, 2usize, 3usize);
+    let o = Conv2dOptions { stride: (2, 3), padding: (1, 2), dilation: (1, 2), groups: g };
+    let op = (1usize, 2usize);
+    let ho = (h - 1) * 2 - 2 + (k - 1) + op.0 + 1;
+    let wo = (w - 1) * 3 - 4 + 2 * (k - 1) + op.1 + 1;
+    let oc = og * g;
+    let xv = data(n * c * h * w, 4, -1.0, 1.0);
+    let wv = data(c * og * k * k, 5, -1.0, 1.0);
+    let bv = data(oc, 6, -1.0, 1.0);
+    let mut want = vec![0.0f64; n * oc * ho * wo];
+    for b in 0..n {
+        for o_ in 0..oc {
+            for y in 0..ho {
+                for x in 0..wo {
+                    want[((b * oc + o_) * ho + y) * wo + x] = bv[o_] as f64;
+                }
+            }
+        }
+        for ci in 0..c {
+            let grp = ci / (c / g);
+            for iy in 0..h {
+                for ix in 0..w {
+                    for oo in 0..og {
+                        for i in 0..k {
+                            for j in 0..k {
+                                let y = (iy * 2 + i) as isize - 1;
+                                let x = (ix * 3 + j * 2) as isize - 2;
+                                if y >= 0 && x >= 0 && (y as usize) < ho && (x as usize) < wo {
+                                    let o_ = grp * og + oo;
+                                    want[((b * oc + o_) * ho + y as usize) * wo + x as usize] +=
+                                        xv[((b * c + ci) * h + iy) * w + ix] as f64
+                                            * wv[((ci * og + oo) * k + i) * k + j] as f64;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for dev in std::iter::once(&Device::cpu()).chain(gpu_devices()) {
+        let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
+        let wt = Tensor::from_slice(&wv, [c, og, k, k], dev);
+        let bt = Tensor::from_slice(&bv, [oc], dev);
+        let y = x.conv_transpose2d(&wt, Some(&bt), o, op);
+        assert_eq!(y.dims(), &[n, oc, ho, wo]);
+        let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(c * k * k);
+        assert_close(&format!("conv_transpose2d on {}", label(dev)), &y.to_f64_vec_blocking().unwrap(), &want, tol);
+        // The adjoint of conv2d: z is [n, oc, ho, wo] and conv2d(z, w) is [n, c, h, w].
+        let z = Tensor::zeros([n, oc, ho, wo], DType::F32, dev).requires_grad();
+        let gy = Tensor::from_slice(&xv, [n, c, h, w], dev);
+        let grads = z.conv2d(&wt, None, o).mul(&gy).sum(&[], false).backward().unwrap();
+        let adj = x.conv_transpose2d(&wt, None, o, op);
+        assert_close(
+            &format!("adjoint on {}", label(dev)),
+            &grads.get(&z).unwrap().to_f64_vec_blocking().unwrap(),
+            &adj.to_f64_vec_blocking().unwrap(),
+            tol,
+        );
+    }
+    // The layer: a stride-2 2x2 kernel doubles the resolution; named PyTorch slots.
+    use tessera::nn::{ConvTranspose2d, Layer, Module};
+    let d = Device::cpu();
+    let mut up = ConvTranspose2d::new(4, 2, 2, Conv2dOptions::new(2, 0), 7, &d);
+    let y = up.forward(&Tensor::ones([1, 4, 5, 5], DType::F32, &d));
+    assert_eq!(y.dims(), &[1, 2, 10, 10]);
+    assert_eq!(up.weight.dims(), &[4, 2, 2, 2]);
+    let names: Vec<String> = up.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    // Bad arguments are errors, not panics.
+    let x = Tensor::zeros([1, 4, 3, 3], DType::F32, &d);
+    let wt = Tensor::zeros([4, 1, 3, 3], DType::F32, &d);
+    assert!(x.conv_transpose2d(&Tensor::zeros([3, 1, 3, 3], DType::F32, &d), None, o, (0, 0)).check().is_err());
+    assert!(x.conv_transpose2d(&wt, None, Conv2dOptions::new(1, 0), (1, 0)).check().is_err());
+    assert!(x.conv_transpose2d(&wt, None, Conv2dOptions::new(1, 5), (0, 0)).check().is_err());
 }
 
 /// Long-K products with few output tiles take the split-K path; same numbers.

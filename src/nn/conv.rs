@@ -40,6 +40,44 @@ impl Layer for Conv2d {
     }
 }
 
+/// 2-D transposed convolution over `[N, C, H, W]` with weight `[C, O/groups, KH, KW]`
+/// (PyTorch's `ConvTranspose2d`): the upsampling adjoint of [`Conv2d`].
+#[derive(Clone, Debug)]
+pub struct ConvTranspose2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: Conv2dOptions,
+    /// Extra rows and columns on one side of the output (each below the stride).
+    pub output_padding: (usize, usize),
+}
+
+impl ConvTranspose2d {
+    /// A trainable `k x k` transposed convolution with PyTorch's default initialisation
+    /// (fan-in taken over the weight's second axis and window, as PyTorch does).
+    pub fn new(in_ch: usize, out_ch: usize, k: usize, options: Conv2dOptions, seed: u64, dev: &Device) -> Self {
+        let g = options.groups.max(1);
+        let fan_in = out_ch / g * k * k;
+        let weight = init::torch_default(&[in_ch, out_ch / g, k, k], fan_in, seed, dev).requires_grad();
+        let bias = Some(init::torch_default(&[out_ch], fan_in, seed ^ 0xb1a5, dev).requires_grad());
+        ConvTranspose2d { weight, bias, options, output_padding: (0, 0) }
+    }
+}
+
+impl Module for ConvTranspose2d {
+    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
+        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
+        if let Some(b) = &mut self.bias {
+            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
+        }
+    }
+}
+
+impl Layer for ConvTranspose2d {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options, self.output_padding)
+    }
+}
+
 /// Max pooling with a square window.
 #[derive(Clone, Copy, Debug)]
 pub struct MaxPool2d {

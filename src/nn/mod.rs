@@ -12,7 +12,7 @@ pub mod layers;
 pub mod loss;
 
 pub use attention::{MultiHeadAttention, TransformerEncoderLayer};
-pub use conv::{AvgPool2d, BatchNorm2d, Conv2d, MaxPool2d};
+pub use conv::{AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, MaxPool2d};
 pub use layers::{Activation, Dropout, Embedding, Flatten, LayerNorm, Linear, RMSNorm, Sequential};
 
 use crate::{Error, Result, Tensor};

@@ -86,6 +86,23 @@ impl Tensor {
         self.lift(conv2d_impl(self, weight, bias, opts, loc))
     }
 
+    /// 2-D transposed convolution (PyTorch's `conv_transpose2d`, the adjoint of
+    /// [`Tensor::conv2d`] with the same options): `self` is `[N, C, H, W]`, `weight`
+    /// `[C, O/groups, KH, KW]`, `bias` `[O]`; the output is `[N, O, H', W']` with
+    /// `H' = (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1`.
+    /// One batched product per group, then `Col2im` sums the window elements into place.
+    #[track_caller]
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+        output_padding: (usize, usize),
+    ) -> Tensor {
+        let loc = Location::caller();
+        self.lift(conv_transpose2d_impl(self, weight, bias, opts, output_padding, loc))
+    }
+
     /// Max pooling over `k x k` windows with `stride` (padding pads with -inf).
     #[track_caller]
     pub fn max_pool2d(&self, k: usize, stride: usize, padding: usize) -> Tensor {
@@ -213,6 +230,70 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
     let wm = w.reshape(vec![g, oc / g, ck]);
     let y = wm.matmul(&cols).reshape(vec![oc, n, oh, ow]).permute(&[1, 0, 2, 3]);
+    Ok(match bias {
+        Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
+        None => y,
+    })
+}
+
+fn conv_transpose2d_impl(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    o: Conv2dOptions,
+    out_pad: (usize, usize),
+    loc: Loc,
+) -> Result<Tensor> {
+    let op = "conv_transpose2d";
+    let mut ts = vec![x, w];
+    ts.extend(bias);
+    precheck(op, &ts, loc)?;
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err(shape_err(op, &[x.dims(), w.dims()], "input [N, C, H, W] and weight [C, O/g, KH, KW]", loc));
+    }
+    let (n, c, h, wd) = (x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]);
+    let (wc, og, kh, kw) = (w.dims()[0], w.dims()[1], w.dims()[2], w.dims()[3]);
+    let g = o.groups;
+    if g == 0 || wc != c || c % g != 0 || kh == 0 || kw == 0 {
+        return Err(shape_err(
+            op,
+            &[x.dims(), w.dims()],
+            format!("{c} input channels do not fit weight channels {wc}, groups={g} and a {kh}x{kw} kernel"),
+            loc,
+        ));
+    }
+    if o.stride.0 == 0 || o.stride.1 == 0 || o.dilation.0 == 0 || o.dilation.1 == 0 {
+        return Err(arg_err(op, "stride and dilation must be positive", loc));
+    }
+    if out_pad.0 >= o.stride.0.max(o.dilation.0) || out_pad.1 >= o.stride.1.max(o.dilation.1) {
+        return Err(arg_err(op, "output_padding must be smaller than stride or dilation", loc));
+    }
+    let oc = og * g;
+    if let Some(b) = bias {
+        if b.dims() != [oc] {
+            return Err(shape_err(op, &[b.dims()], format!("bias must be [{oc}]"), loc));
+        }
+    }
+    // Output size: the input size of the convolution this is the adjoint of.
+    let side = |n: usize, s: usize, p: usize, d: usize, k: usize, op_: usize| -> Option<usize> {
+        ((n.checked_sub(1)?).checked_mul(s)? + d.checked_mul(k - 1)? + op_ + 1).checked_sub(2 * p)
+    };
+    let (Some(ho), Some(wo)) = (
+        side(h, o.stride.0, o.padding.0, o.dilation.0, kh, out_pad.0),
+        side(wd, o.stride.1, o.padding.1, o.dilation.1, kw, out_pad.1),
+    ) else {
+        return Err(shape_err(op, &[x.dims(), w.dims()], format!("no output size fits padding {:?}", o.padding), loc));
+    };
+    let window = Window { kernel: (kh, kw), stride: o.stride, padding: o.padding, dilation: o.dilation };
+    if window.output_size(ho, wo) != Some((h, wd)) {
+        return Err(shape_err(op, &[x.dims(), w.dims()], format!("no {ho}x{wo} output maps back to {h}x{wd}"), loc));
+    }
+    super::check_numel(op, &[n, oc, ho, wo], loc)?;
+    // Per group: [O/g * K, C/g] @ [C/g, H*W], batched over N; then Col2im.
+    let (cg, k) = (c / g, kh * kw);
+    let wt = w.reshape(vec![1, g, cg, og * k]).transpose(-2, -1);
+    let cols = wt.matmul(&x.reshape(vec![n, g, cg, h * wd])).reshape(vec![n, oc, k, h, wd]);
+    let y = cols.col2im(window, ho, wo);
     Ok(match bias {
         Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
         None => y,
