@@ -27,10 +27,7 @@ impl Conv2d {
 
 impl Module for Conv2d {
     fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-        if let Some(b) = &mut self.bias {
-            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
-        }
+        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
     }
 }
 
@@ -65,10 +62,7 @@ impl ConvTranspose2d {
 
 impl Module for ConvTranspose2d {
     fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-        if let Some(b) = &mut self.bias {
-            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
-        }
+        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
     }
 }
 

@@ -66,10 +66,7 @@ impl Linear {
 
 impl Module for Linear {
     fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-        if let Some(b) = &mut self.bias {
-            out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
-        }
+        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
     }
 }
 

@@ -29,6 +29,19 @@ pub struct Slot<'a> {
 }
 
 /// `prefix.name`, or `name` when the prefix is empty.
+/// The trainable `weight` and optional `bias` slots most layers have.
+pub(crate) fn weight_and_bias<'a>(
+    prefix: &str,
+    weight: &'a mut Tensor,
+    bias: Option<&'a mut Tensor>,
+    out: &mut Vec<Slot<'a>>,
+) {
+    out.push(Slot { name: join(prefix, "weight"), tensor: weight, trainable: true });
+    if let Some(b) = bias {
+        out.push(Slot { name: join(prefix, "bias"), tensor: b, trainable: true });
+    }
+}
+
 pub fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
         name.to_string()
