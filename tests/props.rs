@@ -1,5 +1,6 @@
-//! Property tests: broadcasting and reshape rules on the reference, and random shapes
-//! (1, odd sizes, sizes just past a tile) through fused kernels on every GPU device.
+//! Property tests: broadcasting and reshape rules on the reference, random shapes (1,
+//! odd sizes, sizes just past a tile) through fused kernels on every GPU device, and
+//! random products and convolutions on every matmul kernel family.
 
 mod common;
 use common::{assert_close, gpu_devices, rand_t, Tol};
@@ -101,6 +102,95 @@ proptest! {
             let got = tessera::read_all_blocking(&build(d).0).unwrap();
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("output {k} on {}", common::label(d)), g, w, Tol::for_dtype(DType::F32).scaled(len));
+            }
+        }
+    }
+}
+
+/// One device per matmul kernel family on the first adapter: direct, tiled, tiled-vec4.
+fn matmul_devices() -> &'static [Device] {
+    use tessera::device::autotune::MatmulConfig;
+    static DEVICES: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
+    DEVICES.get_or_init(|| {
+        let Some(first) = Device::list().into_iter().next() else { return Vec::new() };
+        [(true, 8, 4, false), (false, 4, 4, false), (false, 4, 4, true)]
+            .into_iter()
+            .filter_map(|(direct, tm, tn, vec4)| {
+                let matmul = Some(MatmulConfig { direct, tm, tn, vec4 });
+                let opts = tessera::DeviceOptions { adapter_index: Some(first.index), matmul, ..Default::default() };
+                Device::with_options(opts).ok()
+            })
+            .collect()
+    })
+}
+
+fn mm_dim() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(1usize), Just(4), Just(7), Just(32), Just(36), Just(64), Just(68), Just(97)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Random products (sizes around the tiles, aligned and not, stored transposed or
+    /// not, batched with broadcasting, f32 and f16) on every matmul kernel family.
+    #[test]
+    fn random_matmuls_match_on_every_kernel(
+        (m, n, k) in (mm_dim(), mm_dim(), mm_dim()),
+        (ta, tb) in (any::<bool>(), any::<bool>()),
+        batch in prop_oneof![Just((1usize, 1usize)), Just((3, 3)), Just((3, 1)), Just((1, 2))],
+        f16 in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let build = |d: &Device| {
+            let a = rand_t(&if ta { [batch.0, k, m] } else { [batch.0, m, k] }, seed, -1.0, 1.0, d);
+            let b = rand_t(&if tb { [batch.1, n, k] } else { [batch.1, k, n] }, seed + 1, -1.0, 1.0, d);
+            let (a, b) = if f16 { (a.cast(DType::F16), b.cast(DType::F16)) } else { (a, b) };
+            let a = if ta { a.transpose(-2, -1) } else { a };
+            let b = if tb { b.transpose(-2, -1) } else { b };
+            vec![a.matmul(&b).cast(DType::F32)]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::cpu())).unwrap();
+        let tol = if f16 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol::for_dtype(DType::F32).scaled(k) };
+        for d in matmul_devices() {
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            let what = format!("{m}x{n}x{k} ta={ta} tb={tb} batch={batch:?} f16={f16} on {:?}", d.matmul_config());
+            assert_close(&what, &got[0], &want[0], tol);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Random convolutions (strides, padding, dilation, groups, odd sizes; transposed
+    /// too) on every matmul kernel family: implicit GEMMs on the tiled kernels,
+    /// materialised columns on the direct one.
+    #[test]
+    fn random_convolutions_match_on_every_kernel(
+        (n, g, cg, og) in (1usize..3, 1usize..3, prop_oneof![Just(1usize), Just(3), Just(8)], 1usize..5),
+        (h, w) in (3usize..12, 3usize..12),
+        (kh, kw) in (1usize..4, 1usize..4),
+        (s, p, dl) in ((1usize..3, 1usize..3), (0usize..2, 0usize..2), (1usize..3, 1usize..3)),
+        seed in 0u64..1000,
+    ) {
+        use tessera::ops::nn::Conv2dOptions;
+        let o = Conv2dOptions { stride: s, padding: p, dilation: dl, groups: g };
+        let fits = (h + 2 * p.0) > dl.0 * (kh - 1) && (w + 2 * p.1) > dl.1 * (kw - 1);
+        prop_assume!(fits);
+        let build = |d: &Device| {
+            let x = rand_t(&[n, g * cg, h, w], seed, -1.0, 1.0, d);
+            let wt = rand_t(&[g * og, cg, kh, kw], seed + 1, -1.0, 1.0, d);
+            let y = x.conv2d(&wt, None, o);
+            let back = y.conv_transpose2d(&wt, None, o, (0, 0));
+            vec![y, back]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::cpu())).unwrap();
+        let tol = Tol::for_dtype(DType::F32).scaled(cg * kh * kw * og * 4);
+        for d in matmul_devices() {
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            for (k, (g_, w_)) in got.iter().zip(&want).enumerate() {
+                let what = format!("output {k}: {o:?} k {kh}x{kw} on {:?}", d.matmul_config());
+                assert_close(&what, g_, w_, tol);
             }
         }
     }
