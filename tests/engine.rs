@@ -377,8 +377,15 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
 fn convolutions_are_implicit_gemms_on_the_tiled_kernel() {
     use tessera::ops::nn::Conv2dOptions;
     let opts = Conv2dOptions { stride: (2, 1), padding: (1, 1), dilation: (1, 2), groups: 1 };
+    // Small images (one product over the batch) and large ones (a product per image).
+    for size in [[2usize, 5, 9, 8], [2, 5, 34, 17]] {
+        convolution_case(opts, size);
+    }
+}
+
+fn convolution_case(opts: tessera::ops::nn::Conv2dOptions, size: [usize; 4]) {
     let build = |d: &Device| {
-        let x = rand_t(&[2, 5, 9, 8], 1, -1.0, 1.0, d).requires_grad();
+        let x = rand_t(&size, 1, -1.0, 1.0, d).requires_grad();
         let w = rand_t(&[6, 5, 3, 2], 2, -1.0, 1.0, d).requires_grad();
         let b = rand_t(&[6], 3, -1.0, 1.0, d);
         (x, w, b)
@@ -403,7 +410,7 @@ fn convolutions_are_implicit_gemms_on_the_tiled_kernel() {
         let before = d.stats();
         let got = y.to_f64_vec_blocking().unwrap();
         let kernels = d.stats().kernels_dispatched - before.kernels_dispatched;
-        assert_eq!(kernels, if tiled { 2 } else { 3 }, "conv2d kernels with tiled={tiled}");
+        assert_eq!(kernels, if tiled { 2 } else { 3 }, "conv2d kernels with tiled={tiled}, {size:?}");
         let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(30);
         assert_close(&format!("conv2d tiled={tiled}"), &got, &want, tol);
         let grads = y.square().sum(&[], false).backward().unwrap();

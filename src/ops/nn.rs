@@ -187,6 +187,10 @@ impl Tensor {
 /// Largest window (input channels x kernel area) convolved directly rather than by matmul.
 pub const DIRECT_MAX_CK: usize = 16;
 
+/// Output pixels per image from which a convolution multiplies image by image (the
+/// result is NCHW as it stands) rather than over the whole batch at once.
+pub const PER_IMAGE_MIN_PIXELS: usize = 256;
+
 fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, loc: Loc) -> Result<Tensor> {
     let mut ts = vec![x, w];
     ts.extend(bias);
@@ -226,10 +230,18 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
             None => y,
         });
     }
-    // One product per group over the whole batch: [g, O/g, C/g*K] @ [g, C/g*K, N*OH*OW].
-    let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
     let wm = w.reshape(vec![g, oc / g, ck]);
-    let y = wm.matmul(&cols).reshape(vec![oc, n, oh, ow]).permute(&[1, 0, 2, 3]);
+    let y = if oh * ow >= PER_IMAGE_MIN_PIXELS {
+        // Large images: one product per image and group, [O/g, C/g*K] @ [C/g*K, OH*OW],
+        // whose result is already NCHW (no transposes on either side).
+        let cols = cols.reshape(vec![n, g, ck, oh * ow]);
+        wm.reshape(vec![1, g, oc / g, ck]).matmul(&cols).reshape(vec![n, oc, oh, ow])
+    } else {
+        // Small images: one product per group over the whole batch, [g, O/g, C/g*K] @
+        // [g, C/g*K, N*OH*OW], so the columns fill the tiles.
+        let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
+        wm.matmul(&cols).reshape(vec![oc, n, oh, ow]).permute(&[1, 0, 2, 3])
+    };
     Ok(match bias {
         Some(b) => y.add(&b.reshape(vec![1, oc, 1, 1])),
         None => y,
