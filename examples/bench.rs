@@ -312,6 +312,11 @@ fn run() -> tessera::Result<()> {
                     Some((c, f)) => eprintln!("autotune: attention {attn} (composed {c:.2} ms, fused {f:.2} ms)"),
                     None => eprintln!("autotune: attention {attn} (cached)"),
                 }
+                let conv = if t.implicit_gemm { "implicit GEMM" } else { "materialised columns" };
+                match t.conv_ms {
+                    Some((m, i)) => eprintln!("autotune: conv2d {conv} (materialised {m:.2} ms, implicit {i:.2} ms)"),
+                    None => eprintln!("autotune: conv2d {conv} (cached)"),
+                }
             }
             Err(e) => eprintln!("autotune skipped: {e}"),
         }

@@ -315,7 +315,7 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     assert!(!d.fused_attention(), "no attention entry: the composition");
     // The measured attention choice is applied: sdpa becomes one fused kernel.
     let fused = format!(
-        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "fused"}}}}"#,
+        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "fused", "conv": "materialised"}}}}"#,
         tuned.key,
         other.kernel(),
         other.tm,
@@ -324,6 +324,9 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     std::fs::write(&path, fused).unwrap();
     let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
     assert!(d.fused_attention());
+    assert!(!d.implicit_gemm(), "the measured conv choice applies");
+    let forced = DeviceOptions { autotune_cache: Some(path.clone()), implicit_gemm: Some(true), ..opts.clone() };
+    assert!(Device::with_options(forced).unwrap().implicit_gemm(), "an explicit option wins");
     let (q, k) = (rand_t(&[1, 2, 5, 8], 1, -1.0, 1.0, &d), rand_t(&[1, 2, 7, 8], 2, -1.0, 1.0, &d));
     tessera::read_all_blocking(&[q.clone(), k.clone()]).unwrap();
     let before = d.stats();

@@ -81,6 +81,11 @@ pub struct Tuning {
     pub fused_attention: bool,
     /// Attention probe medians in ms, (composed, fused) (`None` when cached).
     pub attention_ms: Option<(f64, f64)>,
+    /// Convolution: reading the windows in place (implicit GEMM) measured faster than
+    /// materialising the columns.
+    pub implicit_gemm: bool,
+    /// Convolution probe medians in ms, (materialised, implicit) (`None` when cached).
+    pub conv_ms: Option<(f64, f64)>,
     /// Read from the cache rather than measured now.
     pub cached: bool,
     /// Wall time of this call, in ms.
@@ -114,7 +119,7 @@ pub(crate) fn key_of(i: &super::DeviceInfo) -> String {
 }
 
 /// Bumped when the candidates or probes change, so older results are measured again.
-const TUNE_VERSION: u32 = 2;
+const TUNE_VERSION: u32 = 3;
 
 fn read_cache(path: &Path) -> serde_json::Map<String, serde_json::Value> {
     std::fs::read(path)
@@ -140,11 +145,12 @@ pub fn lookup(path: &Path, key: &str) -> Option<MatmulConfig> {
     CANDIDATES.contains(&c).then_some(c)
 }
 
-/// Whether the cache at `path` says fused attention beat the composition for `key`.
-pub fn lookup_attention(path: &Path, key: &str) -> Option<bool> {
-    match read_cache(path).get(key)?.get("attention")?.as_str()? {
-        "fused" => Some(true),
-        "composed" => Some(false),
+/// A tuned on/off switch of `key` in the cache at `path`: `field` is `attention`
+/// (`fused` or `composed`) or `conv` (`implicit` or `materialised`).
+pub fn lookup_switch(path: &Path, key: &str, field: &str) -> Option<bool> {
+    match (field, read_cache(path).get(key)?.get(field)?.as_str()?) {
+        ("attention", "fused") | ("conv", "implicit") => Some(true),
+        ("attention", "composed") | ("conv", "materialised") => Some(false),
         _ => None,
     }
 }
@@ -163,8 +169,10 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
     drop(probe);
     if let Some(best) = path.as_deref().and_then(|p| lookup(p, &key)) {
         return Ok(Tuning {
-            fused_attention: path.as_deref().and_then(|p| lookup_attention(p, &key)) == Some(true),
+            fused_attention: path.as_deref().and_then(|p| lookup_switch(p, &key, "attention")) == Some(true),
             attention_ms: None,
+            implicit_gemm: path.as_deref().and_then(|p| lookup_switch(p, &key, "conv")).unwrap_or(!best.direct),
+            conv_ms: None,
             key,
             best,
             timings: Vec::new(),
@@ -178,9 +186,19 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         timings.push((c, probe_ms(&d)?));
     }
     let best = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0).unwrap_or(CANDIDATES[0]);
-    let d = Device::with_options(DeviceOptions { matmul: Some(best), autotune_cache: None, ..options.clone() })?;
-    let attention_ms = attention_probe_ms(&d)?;
+    let with = |implicit_gemm: bool| {
+        let o = DeviceOptions {
+            matmul: Some(best),
+            autotune_cache: None,
+            implicit_gemm: Some(implicit_gemm),
+            ..options.clone()
+        };
+        Device::with_options(o)
+    };
+    let attention_ms = attention_probe_ms(&with(false)?)?;
     let fused_attention = attention_ms.1 < attention_ms.0;
+    let conv_ms = (conv_probe_ms(&with(false)?)?, conv_probe_ms(&with(true)?)?);
+    let implicit_gemm = conv_ms.1 < conv_ms.0;
     if let Some(p) = &path {
         let mut cache = read_cache(p);
         cache.insert(
@@ -191,6 +209,8 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
                 "tn": best.tn,
                 "attention": if fused_attention { "fused" } else { "composed" },
                 "attention_ms": { "composed": attention_ms.0, "fused": attention_ms.1 },
+                "conv": if implicit_gemm { "implicit" } else { "materialised" },
+                "conv_ms": { "materialised": conv_ms.0, "implicit": conv_ms.1 },
                 "probe_ms": timings.iter().map(|(c, ms)| (c.name(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
             }),
         );
@@ -207,6 +227,8 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         timings,
         fused_attention,
         attention_ms: Some(attention_ms),
+        implicit_gemm,
+        conv_ms: Some(conv_ms),
         cached: false,
         elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
     })
@@ -233,6 +255,26 @@ fn attention_probe_ms(d: &Device) -> Result<(f64, f64)> {
         Ok(v[2])
     };
     Ok((time(false)?, time(true)?))
+}
+
+/// Median ms of a 3x3 convolution (8x64x56x56 -> 64 on GPUs, 2x32x28x28 -> 32 on CPU
+/// adapters).
+#[cfg(not(target_arch = "wasm32"))]
+fn conv_probe_ms(d: &Device) -> Result<f64> {
+    let (n, c, hw) = if d.info().device_type == "Cpu" { (2, 32, 28) } else { (8, 64, 56) };
+    let x = Tensor::rand([n, c, hw, hw], 5, d);
+    let w = Tensor::rand([c, c, 3, 3], 6, d);
+    crate::read_all_blocking(&[x.clone(), w.clone()])?;
+    let run = || -> Result<f64> {
+        let t0 = Instant::now();
+        x.conv2d(&w, None, crate::ops::nn::Conv2dOptions::new(1, 1)).realize_blocking()?;
+        d.synchronize()?;
+        Ok(t0.elapsed().as_secs_f64() * 1e3)
+    };
+    run()?;
+    let mut v = [run()?, run()?, run()?, run()?, run()?];
+    v.sort_by(|x, y| x.total_cmp(y));
+    Ok(v[2])
 }
 
 /// Summed median ms of the probe products: a square and a BERT-like `x @ w.t()`, sized

@@ -228,24 +228,28 @@ impl GpuContext {
                 super::autotune::MatmulConfig::default_for(crate::kernels::matmul::prefer_direct(&ctx.info.device_type))
             }),
         };
-        ctx.fused_attention = match std::env::var("TESSERA_FUSED_ATTENTION").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => {
-                options.matmul.is_none()
-                    && options.tiled_matmul.is_none()
-                    && options.autotune_cache.as_deref().and_then(|p| super::autotune::lookup_attention(p, &key))
-                        == Some(true)
-            }
+        // Tuned switches: the option, else the environment, else the autotuner's
+        // measurement (when the matmul was not forced), else the default.
+        let tuned = |field: &str| {
+            let free = options.matmul.is_none() && options.tiled_matmul.is_none();
+            let path = options.autotune_cache.as_deref().filter(|_| free)?;
+            super::autotune::lookup_switch(path, &key, field)
         };
+        let switch = |option: Option<bool>, var: &str, field: &str, default: bool| {
+            option
+                .or(match std::env::var(var).as_deref() {
+                    Ok("1") => Some(true),
+                    Ok("0") => Some(false),
+                    _ => None,
+                })
+                .or_else(|| tuned(field))
+                .unwrap_or(default)
+        };
+        ctx.fused_attention = switch(options.fused_attention, "TESSERA_FUSED_ATTENTION", "attention", false);
+        ctx.caps.implicit_gemm = switch(options.implicit_gemm, "TESSERA_IMPLICIT_GEMM", "conv", !config.direct);
         ctx.caps.direct_matmul = config.direct;
         ctx.caps.matmul_tile = (config.tm, config.tn);
         ctx.caps.tiled_vec4 = !config.direct && config.vec4;
-        ctx.caps.implicit_gemm = match std::env::var("TESSERA_IMPLICIT_GEMM").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => !config.direct,
-        };
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
         }

@@ -88,6 +88,13 @@ pub struct DeviceOptions {
     /// one. [`DeviceOptions::from_env`] sets the default cache unless
     /// `TESSERA_AUTOTUNE=0`; `Default` reads no cache.
     pub autotune_cache: Option<std::path::PathBuf>,
+    /// Read convolution windows in place in the matmul (implicit GEMM): `None` takes
+    /// `TESSERA_IMPLICIT_GEMM=1|0`, else the autotuner's measurement, else the tiled
+    /// kernel's default (on).
+    pub implicit_gemm: Option<bool>,
+    /// Run `scaled_dot_product_attention` as the fused kernel: `None` takes
+    /// `TESSERA_FUSED_ATTENTION=1|0`, else the autotuner's measurement, else off.
+    pub fused_attention: Option<bool>,
     /// A memory budget in bytes for this device's buffers: past it, allocations fail
     /// with `Error::OutOfMemory` (requested and available bytes) and tensors already on
     /// the device stay intact. Defaults to `TESSERA_MEMORY_LIMIT` (bytes, or with a
@@ -138,6 +145,8 @@ impl DeviceOptions {
             tiled_matmul: None,
             matmul: None,
             autotune_cache: if env("TESSERA_AUTOTUNE").as_deref() == Some("0") { None } else { autotune::cache_path() },
+            implicit_gemm: None,
+            fused_attention: None,
             memory_limit: env("TESSERA_MEMORY_LIMIT").as_deref().and_then(parse_bytes),
             invalid_kernel_for_testing: None,
             max_binding_size: env("TESSERA_MAX_BINDING_SIZE").as_deref().and_then(parse_bytes),

@@ -54,8 +54,7 @@ pub struct ShaderCaps {
     pub tiled_vec4: bool,
     /// Products read a convolution's windows as their tiles load (implicit GEMM; see
     /// `matmul::reads_operand_in_place`) instead of materialising the column matrix:
-    /// the choice with the tiled kernel. The direct kernel recomputes each window
-    /// index for every row block, which on CPU adapters costs more than the copy.
+    /// measured per adapter by the autotuner, on by default with the tiled kernel.
     pub implicit_gemm: bool,
     /// The largest storage binding, in bytes: kernels over larger tensors are rendered
     /// with window slots so the executor can split them (and only those, since the
