@@ -414,7 +414,7 @@ fn split_cases(dev: &Device) {
         }
     }
     // The rest either split correctly or say they cannot, naming the kernel and limit
-    // (today only a matmul whose B exceeds a binding cannot).
+    // (today a quantisation whose input exceeds a binding cannot).
     let ones = Tensor::ones([1000, 2], DType::F32, &dev);
     let col_sums: Vec<f64> = (0..1000).map(|c| (0..700).map(|r| host[r * 1000 + c] as f64).sum()).collect();
     let row_sums: Vec<f64> = (0..700).map(|r| host[r * 1000..(r + 1) * 1000].iter().map(|&v| v as f64).sum()).collect();
@@ -434,7 +434,13 @@ fn split_cases(dev: &Device) {
     };
     let cpu = Device::cpu();
     let (big_in, big_cols) = ([1usize, 16, 140, 140], [1usize, 8, 64, 64]);
+    let q8: Vec<f64> =
+        tessera::quant::dequantize(DType::Q8_0, &tessera::quant::quantize(DType::Q8_0, &host[..700_000]))
+            .into_iter()
+            .map(f64::from)
+            .collect();
     let cases = [
+        ("quantising a large tensor", stored.reshape([21_875, 32]).quantize(DType::Q8_0), q8),
         ("a convolution over a large input", conv(&dev, &big_in), conv(&cpu, &big_in).to_f64_vec_blocking().unwrap()),
         (
             "a convolution with a large column matrix",

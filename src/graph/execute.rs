@@ -201,7 +201,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         let limit_err = |t: &Tensor, role: &str| {
             Error::Limit {
             what: format!(
-                "kernel {} {role} of shape {:?} in one storage binding (element-wise kernels, reductions and matmuls split into windows; a quantised matmul B and the fused attention kernel's operands must fit one)",
+                "kernel {} {role} of shape {:?} in one storage binding (element-wise kernels, reductions and matmuls split into windows; a quantised matmul B, the fused attention kernel's operands and a quantisation's input must fit one)",
                 s.label,
                 t.dims()
             ),
