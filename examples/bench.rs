@@ -474,8 +474,9 @@ fn run() -> tessera::Result<()> {
             let t = Instant::now();
             let host = quant::quantize(dt, &xs);
             let host_ms = t.elapsed().as_secs_f64() * 1e3;
-            let back = x.quantize(dt).cast(DType::F32).to_vec_blocking::<f32>()?;
-            let same = x.quantize(dt).quantized_blocks_blocking()? == host;
+            let q = x.quantize(dt);
+            let back = q.cast(DType::F32).to_vec_blocking::<f32>()?;
+            let same = q.quantized_blocks_blocking()? == host;
             rows.push(Row {
                 case: "quantize",
                 dtype: dt.name().into(),

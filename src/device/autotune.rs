@@ -195,9 +195,10 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
         };
         Device::with_options(o)
     };
-    let attention_ms = attention_probe_ms(&with(false)?)?;
+    let materialised = with(false)?;
+    let attention_ms = attention_probe_ms(&materialised)?;
     let fused_attention = attention_ms.1 < attention_ms.0;
-    let conv_ms = (conv_probe_ms(&with(false)?)?, conv_probe_ms(&with(true)?)?);
+    let conv_ms = (conv_probe_ms(&materialised)?, conv_probe_ms(&with(true)?)?);
     let implicit_gemm = conv_ms.1 < conv_ms.0;
     if let Some(p) = &path {
         let mut cache = read_cache(p);
@@ -234,6 +235,21 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
     })
 }
 
+/// Median ms of five runs of `work` (after one warm-up), each realised and waited for.
+#[cfg(not(target_arch = "wasm32"))]
+fn median_ms(d: &Device, work: impl Fn() -> Result<Tensor>) -> Result<f64> {
+    let run = || -> Result<f64> {
+        let t0 = Instant::now();
+        work()?.realize_blocking()?;
+        d.synchronize()?;
+        Ok(t0.elapsed().as_secs_f64() * 1e3)
+    };
+    run()?;
+    let mut v = [run()?, run()?, run()?, run()?, run()?];
+    v.sort_by(|x, y| x.total_cmp(y));
+    Ok(v[2])
+}
+
 /// Median ms of attention (12 heads of 64, sequence 512 on GPUs, 128 on CPU adapters)
 /// composed and fused: `(composed, fused)`.
 #[cfg(not(target_arch = "wasm32"))]
@@ -241,18 +257,11 @@ fn attention_probe_ms(d: &Device) -> Result<(f64, f64)> {
     let t = if d.info().device_type == "Cpu" { 128 } else { 512 };
     let qkv: Vec<Tensor> = (0..3).map(|i| Tensor::rand([1, 12, t, 64], 3 + i, d)).collect();
     crate::read_all_blocking(&qkv)?;
-    let time = |fused: bool| -> Result<f64> {
-        let run = || -> Result<f64> {
-            let t0 = Instant::now();
-            crate::ops::nn::sdpa_impl(&qkv[0], &qkv[1], &qkv[2], None, false, fused, std::panic::Location::caller())?
-                .realize_blocking()?;
-            d.synchronize()?;
-            Ok(t0.elapsed().as_secs_f64() * 1e3)
-        };
-        run()?;
-        let mut v = [run()?, run()?, run()?, run()?, run()?];
-        v.sort_by(|x, y| x.total_cmp(y));
-        Ok(v[2])
+    let time = |fused: bool| {
+        median_ms(d, || {
+            let here = std::panic::Location::caller();
+            crate::ops::nn::sdpa_impl(&qkv[0], &qkv[1], &qkv[2], None, false, fused, here)
+        })
     };
     Ok((time(false)?, time(true)?))
 }
@@ -265,16 +274,7 @@ fn conv_probe_ms(d: &Device) -> Result<f64> {
     let x = Tensor::rand([n, c, hw, hw], 5, d);
     let w = Tensor::rand([c, c, 3, 3], 6, d);
     crate::read_all_blocking(&[x.clone(), w.clone()])?;
-    let run = || -> Result<f64> {
-        let t0 = Instant::now();
-        x.conv2d(&w, None, crate::ops::nn::Conv2dOptions::new(1, 1)).realize_blocking()?;
-        d.synchronize()?;
-        Ok(t0.elapsed().as_secs_f64() * 1e3)
-    };
-    run()?;
-    let mut v = [run()?, run()?, run()?, run()?, run()?];
-    v.sort_by(|x, y| x.total_cmp(y));
-    Ok(v[2])
+    median_ms(d, || Ok(x.conv2d(&w, None, crate::ops::nn::Conv2dOptions::new(1, 1))))
 }
 
 /// Summed median ms of the probe products: a square and a BERT-like `x @ w.t()`, sized
@@ -291,17 +291,7 @@ fn probe_ms(d: &Device) -> Result<f64> {
         let a = Tensor::rand([m, k], 1, d);
         let b = if linear { Tensor::rand([n, k], 2, d) } else { Tensor::rand([k, n], 2, d) };
         crate::read_all_blocking(&[a.clone(), b.clone()])?;
-        let run = || -> Result<f64> {
-            let t = Instant::now();
-            let c = if linear { a.matmul(&b.t()) } else { a.matmul(&b) };
-            c.realize_blocking()?;
-            d.synchronize()?;
-            Ok(t.elapsed().as_secs_f64() * 1e3)
-        };
-        run()?;
-        let mut v = [run()?, run()?, run()?, run()?, run()?];
-        v.sort_by(|x, y| x.total_cmp(y));
-        total += v[2];
+        total += median_ms(d, || Ok(if linear { a.matmul(&b.t()) } else { a.matmul(&b) }))?;
     }
     Ok(total)
 }

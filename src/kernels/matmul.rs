@@ -1,5 +1,7 @@
-//! Batched matmul with broadcast batch axes: `shaders/matmul.wgsl`, a 64×64 register-tiled
-//! f32 kernel. f16 operands are widened as tiles load; the result is f32.
+//! Batched matmul with broadcast batch axes, f32 results (f16 and quantised operands are
+//! widened as they load): the workgroup-tiled `matmul.wgsl` / `matmul_vec4.wgsl` on GPUs
+//! (with implicit-GEMM operands read in place), the direct kernels on CPU adapters,
+//! and `gemv.wgsl` for decode shapes.
 
 use super::codegen::{Gen, Ix};
 use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
@@ -95,11 +97,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             ));
         }
     }
-    let (tm, tn, bm, bn) = if vec4 && !caps.direct_matmul {
-        (4, 4, 64, 64)
-    } else {
-        tiles(m, n, vec4, caps.direct_matmul, caps, &mut src)
-    };
+    let (tm, tn, bm, bn) = tiles(m, n, vec4, caps.direct_matmul, caps, &mut src);
     src.push_str(&format!(
         "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst OUT_T: bool = {swap};\n"
     ));
