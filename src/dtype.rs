@@ -47,6 +47,12 @@ impl DType {
         }
     }
 
+    /// Bytes of the device buffer that holds `numel` elements: [`DType::storage_bytes`]
+    /// rounded up to whole 4-byte words, at least one word.
+    pub fn buffer_bytes(self, numel: usize) -> u64 {
+        self.storage_bytes(numel).div_ceil(4).max(1) * 4
+    }
+
     /// True for the GGUF block formats.
     pub fn is_quantized(self) -> bool {
         matches!(self, DType::Q8_0 | DType::Q4_0)

@@ -144,6 +144,11 @@ impl Tensor {
         self.0.dtype
     }
 
+    /// Bytes this tensor's buffer occupies on a device (whole 4-byte words, at least one).
+    pub fn storage_bytes(&self) -> u64 {
+        self.0.dtype.buffer_bytes(self.numel())
+    }
+
     /// The device this tensor lives on.
     pub fn device(&self) -> &Device {
         &self.0.device

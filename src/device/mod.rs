@@ -1,9 +1,13 @@
-//! Devices: adapter choice, capabilities, and the two backends a schedule runs on, a
-//! wgpu GPU device ([`gpu`]) and the CPU reference interpreter.
+//! Devices: adapter choice, capabilities, and the backends a schedule runs on, one
+//! folder each: [`wgpu`](self::wgpu) (WGSL kernels through wgpu) and `cpu` (the
+//! reference interpreter).
+//!
+//! Inside this module `wgpu` names the backend folder; the crate is `::wgpu`.
 
-pub mod autotune;
-pub(crate) mod gpu;
-pub(crate) mod pool;
+pub(crate) mod cpu;
+pub mod wgpu;
+
+pub use self::wgpu::autotune;
 
 use crate::stats::{Counters, Stats};
 use crate::{DType, Error, Result, Shape, Tensor};
@@ -155,7 +159,7 @@ impl DeviceOptions {
 }
 
 pub(crate) enum Backend {
-    Gpu(Box<gpu::GpuContext>),
+    Gpu(Box<self::wgpu::GpuContext>),
     /// The reference interpreter; `exact` skips rounding to each node's dtype.
     Cpu {
         exact: bool,
@@ -185,7 +189,7 @@ pub struct Device(pub(crate) Arc<DeviceInner>);
 /// A realised value.
 #[derive(Clone)]
 pub(crate) enum Storage {
-    Gpu(Arc<gpu::GpuStorage>),
+    Gpu(Arc<self::wgpu::GpuStorage>),
     Host(Arc<Vec<f64>>),
     /// A quantised tensor on the CPU device: its values and its exact GGUF blocks.
     HostQuantized(Arc<Vec<f64>>, Arc<Vec<u8>>),
@@ -207,7 +211,7 @@ impl Device {
 
     /// Open a device; the async form works on every target.
     pub async fn new_async(options: DeviceOptions) -> Result<Device> {
-        let ctx = gpu::GpuContext::open(&options).await?;
+        let ctx = self::wgpu::GpuContext::open(&options).await?;
         Ok(Device::from_context(ctx, Some(options)))
     }
 
@@ -253,18 +257,18 @@ impl Device {
     /// Every adapter wgpu offers, best first (native only; blocks).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn list() -> Vec<AdapterDescription> {
-        pollster::block_on(gpu::list_adapters())
+        pollster::block_on(self::wgpu::list_adapters())
     }
 
     /// Every adapter wgpu offers, best first.
     pub async fn list_async() -> Vec<AdapterDescription> {
-        gpu::list_adapters().await
+        self::wgpu::list_adapters().await
     }
 
     /// Wrap an application's own wgpu device and queue, so a renderer and Tessera share
     /// one GPU. Features the device was created with decide the kernel variants.
-    pub fn from_wgpu(device: wgpu::Device, queue: wgpu::Queue) -> Device {
-        Device::from_context(gpu::GpuContext::from_wgpu(device, queue, false), None)
+    pub fn from_wgpu(device: ::wgpu::Device, queue: ::wgpu::Queue) -> Device {
+        Device::from_context(self::wgpu::GpuContext::from_wgpu(device, queue, false), None)
     }
 
     /// The CPU reference backend: every op computed in f64 by `src/reference/` and
@@ -353,7 +357,7 @@ impl Device {
         }))
     }
 
-    fn from_context(ctx: gpu::GpuContext, options: Option<DeviceOptions>) -> Device {
+    fn from_context(ctx: self::wgpu::GpuContext, options: Option<DeviceOptions>) -> Device {
         let counters = ctx.counters.clone();
         let info = ctx.info.clone();
         Device(Arc::new(DeviceInner { info, backend: Backend::Gpu(Box::new(ctx)), counters, options }))
@@ -380,7 +384,7 @@ impl Device {
     }
 
     /// The wgpu device and queue, for applications that share the GPU.
-    pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
+    pub fn wgpu(&self) -> Option<(&::wgpu::Device, &::wgpu::Queue)> {
         match &self.0.backend {
             Backend::Gpu(g) => Some((&g.device, &g.queue)),
             Backend::Cpu { .. } => None,
@@ -395,7 +399,7 @@ impl Device {
             Backend::Gpu(g) => {
                 let _serial = g.exclusive();
                 g.device
-                    .poll(wgpu::PollType::wait_indefinitely())
+                    .poll(::wgpu::PollType::wait_indefinitely())
                     .map(|_| ())
                     .map_err(|e| Error::DeviceLost(e.to_string()))
             }
@@ -466,10 +470,10 @@ impl Device {
     pub(crate) async fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
         match (&self.0.backend, t.storage()) {
             (Backend::Gpu(g), Some(Storage::Gpu(s))) => {
-                let bytes = crate::graph::execute::storage_bytes(t);
+                let bytes = t.storage_bytes();
                 let _serial = g.exclusive();
                 let staging =
-                    g.pool.get(&g.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
+                    g.pool.get(&g.device, bytes, ::wgpu::BufferUsages::MAP_READ | ::wgpu::BufferUsages::COPY_DST)?;
                 let mut enc = g.device.create_command_encoder(&Default::default());
                 enc.copy_buffer_to_buffer(s.buffer.buffer(), 0, staging.buffer(), 0, bytes);
                 g.queue.submit(Some(enc.finish()));
@@ -514,9 +518,9 @@ impl Device {
             }
         }
         match &self.0.backend {
-            Backend::Gpu(g) => crate::graph::execute::run(g, self, targets, n_read).await,
+            Backend::Gpu(g) => self::wgpu::execute::run(g, self, targets, n_read).await,
             Backend::Cpu { exact } => {
-                let mut vals = crate::graph::interpret::run(targets, *exact)?;
+                let mut vals = cpu::run(targets, *exact)?;
                 vals.truncate(n_read);
                 Ok((n_read > 0).then_some(vals))
             }

@@ -4,9 +4,6 @@
 //! backend ([`crate::device`]) runs the schedule.
 
 pub mod dot;
-pub(crate) mod execute;
-pub(crate) mod interpret;
-pub(crate) mod plan;
 pub mod schedule;
 
 use crate::{DType, Shape};
@@ -238,25 +235,75 @@ impl Op {
         }
     }
 
+    /// The kind of kernel that computes this op: the one list of which ops fuse and
+    /// which are always materialised. `None` for `Input` (data, no kernel).
+    /// `Elementwise` ops compute one output element from a few input elements and fuse
+    /// into the kernel of whatever consumes them (movement ops included: they only remap
+    /// indices); every other kind always gets its own kernel and buffer.
+    pub fn kernel_kind(&self) -> Option<KernelKind> {
+        Some(match self {
+            Op::Input => return None,
+            Op::Reduce { .. } => KernelKind::Reduce,
+            Op::Matmul => KernelKind::Matmul,
+            Op::Attention { .. } => KernelKind::Attention,
+            Op::Softmax { .. } => KernelKind::Softmax,
+            Op::Norm { .. } => KernelKind::Norm,
+            Op::Quantize => KernelKind::Quantize,
+            Op::Full { .. }
+            | Op::Arange { .. }
+            | Op::Rand { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::Cast
+            | Op::Reshape
+            | Op::Expand
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Concat { .. }
+            | Op::Gather { .. }
+            | Op::IndexSelect { .. }
+            | Op::Im2col { .. }
+            | Op::Col2im { .. } => KernelKind::Elementwise,
+        })
+    }
+
     /// Hand-written kernels over whole input buffers (attention, softmax, norm): their
     /// inputs are materialised rather than fused into them.
     pub fn reads_whole_buffers(&self) -> bool {
-        matches!(self, Op::Attention { .. } | Op::Softmax { .. } | Op::Norm { .. })
+        self.kernel_kind().is_some_and(KernelKind::reads_whole_buffers)
     }
 
-    /// Ops that compute one output element from a few input elements and so fuse into a
-    /// generated element-wise kernel (movement ops included: they only remap indices).
+    /// Ops that fuse into a generated element-wise kernel.
     pub fn is_elementwise(&self) -> bool {
-        !matches!(
-            self,
-            Op::Input
-                | Op::Reduce { .. }
-                | Op::Matmul
-                | Op::Attention { .. }
-                | Op::Softmax { .. }
-                | Op::Norm { .. }
-                | Op::Quantize
-        )
+        self.kernel_kind() == Some(KernelKind::Elementwise)
+    }
+}
+
+/// What a kernel computes (see [`Op::kernel_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// A fused expression of element-wise and movement ops.
+    Elementwise,
+    /// A reduction, with the expression that feeds it fused in.
+    Reduce,
+    /// A batched matrix product.
+    Matmul,
+    /// Fused attention over whole buffers.
+    Attention,
+    /// Softmax or log-softmax along one axis.
+    Softmax,
+    /// Layer or RMS norm over the last axis.
+    Norm,
+    /// Quantisation into a block format, with its input expression fused in.
+    Quantize,
+}
+
+impl KernelKind {
+    /// Kernels that read their operands as whole buffers, never as fused expressions.
+    pub fn reads_whole_buffers(self) -> bool {
+        matches!(self, KernelKind::Attention | KernelKind::Softmax | KernelKind::Norm)
     }
 }
 

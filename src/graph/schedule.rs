@@ -1,11 +1,19 @@
 //! The scheduler: which nodes become kernels, in what order.
 //!
 //! A node is *materialised* (gets a buffer and a kernel) when it is a requested target,
-//! a reduction or a matmul, or an operand of a matmul. Everything else, element-wise and
-//! movement ops alike, is fused into the kernel of the materialised node that consumes
-//! it. A group that would bind more inputs than the device allows, or grow past
-//! [`MAX_FUSED_OPS`], is split by materialising its largest sub-expression.
+//! when its op is not element-wise ([`Op::kernel_kind`]: reductions, matmuls, softmax,
+//! norms, attention, quantisation), or when it is an operand of a matmul or of a
+//! whole-buffer kernel. A matmul operand that is a buffer, a reshape of one or a
+//! transpose of one is read as it is; with implicit GEMM, a chain of index remaps over
+//! convolution windows is read in place ([`reads_operand_in_place`]). Everything else,
+//! element-wise and movement ops alike, is fused into the kernel of the materialised
+//! node that consumes it. Fusion is bounded: an expression shared by several consumers
+//! and costly to recompute gets its own buffer ([`SHARED_COST`]), chains deeper than
+//! [`MAX_FUSED_DEPTH`] are cut, and a group that would bind more inputs than the device
+//! allows, or grow past [`MAX_FUSED_OPS`], is split by materialising its largest
+//! sub-expression.
 
+pub use super::KernelKind;
 use super::Op;
 use crate::Tensor;
 use std::collections::{HashMap, HashSet};
@@ -19,18 +27,6 @@ pub const SHARED_COST: usize = 8;
 
 /// Longest chain of fused ops from a kernel's root to its leaves.
 pub const MAX_FUSED_DEPTH: usize = 48;
-
-/// What a kernel computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelKind {
-    Elementwise,
-    Reduce,
-    Matmul,
-    Attention,
-    Softmax,
-    Norm,
-    Quantize,
-}
 
 /// One kernel of a schedule: the node it materialises.
 #[derive(Clone)]
@@ -105,6 +101,38 @@ pub fn matmul_operand(t: &Tensor, materialised: &HashSet<u64>) -> Option<(Tensor
     }
 }
 
+/// Whether `t`, a matmul operand that is not a buffer, is read by the product itself
+/// (an implicit GEMM) rather than materialised first: a chain of index remaps (reshape,
+/// permute, expand, slice, pad) over sliding windows (`Im2col`) of one buffer, as a
+/// convolution's column matrix is. `is_buffer` says which nodes are buffers; the
+/// buffer must fit one storage binding.
+pub fn reads_operand_in_place(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> bool {
+    remap_chain(t, is_buffer, max_binding) == Some(true)
+}
+
+/// `Some(whether it passes through Im2col)` when `t` is a chain of index remaps down to
+/// one buffer that fits a binding (what a product can still read in place once later
+/// scheduling passes have materialised part of the chain); `None` otherwise.
+pub fn remap_chain(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> Option<bool> {
+    let mut cur = t.clone();
+    let mut windows = false;
+    loop {
+        if is_buffer(&cur) {
+            return (cur.storage_bytes() <= max_binding).then_some(windows);
+        }
+        let next = {
+            let n = cur.node();
+            match n.op {
+                Op::Im2col { .. } => windows = true,
+                Op::Reshape | Op::Permute { .. } | Op::Expand | Op::Slice { .. } | Op::Pad { .. } => {}
+                _ => return None,
+            }
+            n.inputs[0].clone()
+        };
+        cur = next;
+    }
+}
+
 /// Unrealised nodes reachable from `targets`, inputs before consumers.
 pub fn topo_order(targets: &[Tensor]) -> Vec<Tensor> {
     let mut order = Vec::new();
@@ -138,7 +166,7 @@ pub fn schedule(targets: &[Tensor], max_inputs: usize) -> Schedule {
 /// a transposed matmul A larger than that is materialised (a copy that splits into
 /// windows) so the product can split by rows. With `implicit_gemm`, a matmul operand
 /// that gathers sliding windows is read in place by the product (see
-/// `kernels::matmul::reads_operand_in_place`) rather than materialised.
+/// [`reads_operand_in_place`]) rather than materialised.
 pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, implicit_gemm: bool) -> Schedule {
     let order = topo_order(targets);
     let mut mat: HashSet<u64> = HashSet::new();
@@ -150,43 +178,39 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
         }
     }
     for t in &order {
-        match t.node().op {
-            Op::Reduce { .. } | Op::Quantize => {
-                mat.insert(t.id());
-            }
-            Op::Matmul => {
-                mat.insert(t.id());
+        let kind = t.op().kernel_kind();
+        // Every kind but fused element-wise expressions gets its own kernel.
+        if kind.is_some_and(|k| k != KernelKind::Elementwise) {
+            mat.insert(t.id());
+        }
+        match kind {
+            Some(KernelKind::Matmul) => {
                 for (j, i) in t.node().inputs.iter().enumerate() {
                     match matmul_operand(i, &mat) {
                         None => {
                             // In place only where nothing needs splitting: the product, this
                             // operand's buffer and the other operand fit one binding each.
                             let is_buffer = |x: &Tensor| x.is_realized() || mat.contains(&x.id());
-                            let fits = |x: &Tensor| crate::graph::execute::storage_bytes(x) <= max_binding;
+                            let fits = |x: &Tensor| x.storage_bytes() <= max_binding;
                             let other = &t.node().inputs[1 - j];
                             let in_place = implicit_gemm
                                 && fits(t)
                                 && matmul_operand(other, &mat).is_none_or(|(b, _)| fits(&b))
-                                && crate::kernels::matmul::reads_operand_in_place(i, &is_buffer, max_binding);
+                                && reads_operand_in_place(i, &is_buffer, max_binding);
                             if in_place {
                                 in_place_operands.push(i.clone());
                             } else {
                                 mat.insert(i.id());
                             }
                         }
-                        Some((b, true))
-                            if j == 0
-                                && !b.dtype().is_quantized()
-                                && crate::graph::execute::storage_bytes(&b) > max_binding =>
-                        {
+                        Some((b, true)) if j == 0 && !b.dtype().is_quantized() && b.storage_bytes() > max_binding => {
                             mat.insert(i.id());
                         }
                         Some(_) => {}
                     }
                 }
             }
-            ref op if op.reads_whole_buffers() => {
-                mat.insert(t.id());
+            Some(k) if k.reads_whole_buffers() => {
                 for i in &t.node().inputs {
                     if buffer_source(i, &mat).is_none() {
                         mat.insert(i.id());
@@ -246,7 +270,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     // materialised, and the copy splits like any other.
     for i in &in_place_operands {
         let is_buffer = |x: &Tensor| x.is_realized() || mat.contains(&x.id());
-        if !is_buffer(i) && crate::kernels::matmul::remap_chain(i, &is_buffer, max_binding).is_none() {
+        if !is_buffer(i) && remap_chain(i, &is_buffer, max_binding).is_none() {
             mat.insert(i.id());
         }
     }
@@ -269,18 +293,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     let kernels = order
         .iter()
         .filter(|t| mat.contains(&t.id()))
-        .map(|t| ScheduledKernel {
-            root: t.clone(),
-            kind: match t.node().op {
-                Op::Reduce { .. } => KernelKind::Reduce,
-                Op::Matmul => KernelKind::Matmul,
-                Op::Attention { .. } => KernelKind::Attention,
-                Op::Softmax { .. } => KernelKind::Softmax,
-                Op::Norm { .. } => KernelKind::Norm,
-                Op::Quantize => KernelKind::Quantize,
-                _ => KernelKind::Elementwise,
-            },
-        })
+        .map(|t| ScheduledKernel { root: t.clone(), kind: t.op().kernel_kind().unwrap_or(KernelKind::Elementwise) })
         .collect();
     Schedule { kernels, materialised: mat }
 }

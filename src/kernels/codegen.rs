@@ -748,8 +748,7 @@ impl<'a> Gen<'a> {
     /// Decide [`Gen::emit_windows`]: whether `out_bytes` or any leaf exceeds a binding.
     pub fn decide_windows(&mut self, out_bytes: u64) {
         let big = |b: u64| b > self.caps.max_binding;
-        self.emit_windows = self.windows
-            && (big(out_bytes) || self.leaves.iter().any(|t| big(crate::graph::execute::storage_bytes(t))));
+        self.emit_windows = self.windows && (big(out_bytes) || self.leaves.iter().any(|t| big(t.storage_bytes())));
     }
 
     pub fn window_bases(&self, n: usize) -> Vec<Option<usize>> {

@@ -21,7 +21,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.slot(0);
     g.windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
-    g.decide_windows(crate::graph::execute::storage_bytes(root));
+    g.decide_windows(root.storage_bytes());
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
     let packed = dt == DType::F16 && !caps.native_f16;

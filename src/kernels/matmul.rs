@@ -5,7 +5,6 @@
 
 use super::codegen::{Gen, Ix};
 use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
-use crate::graph::Op;
 use crate::{DType, Error, Result, Tensor};
 
 /// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
@@ -31,7 +30,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     // The direct kernel spreads lanes over columns; a thin C (few columns, more rows)
     // is computed as C^T = B^T A^T and stored transposed, so the lanes are not idle.
     // (Not when an operand exceeds a storage binding: the product then splits by rows.)
-    let fits = [&a, &b, root].iter().all(|t| crate::graph::execute::storage_bytes(t) <= caps.max_binding);
+    let fits = [&a, &b, root].iter().all(|t| t.storage_bytes() <= caps.max_binding);
     let swap = caps.direct_matmul && n < 64 && m > n && fits;
     if swap {
         std::mem::swap(&mut a, &mut b);
@@ -154,40 +153,8 @@ fn batch_meta(out: &[usize], ad: &[usize], bd: &[usize], (m, n, k): (usize, usiz
     meta
 }
 
-/// Whether `t`, a matmul operand that is not a buffer, is read by the product itself
-/// (an implicit GEMM) rather than materialised first: a chain of index remaps (reshape,
-/// permute, expand, slice, pad) over sliding windows (`Im2col`) of one buffer, as a
-/// convolution's column matrix is. `is_buffer` says which nodes are buffers; the
-/// buffer must fit one storage binding.
-pub fn reads_operand_in_place(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> bool {
-    remap_chain(t, is_buffer, max_binding) == Some(true)
-}
-
-/// `Some(whether it passes through Im2col)` when `t` is a chain of index remaps down to
-/// one buffer that fits a binding (what a product can still read in place once later
-/// scheduling passes have materialised part of the chain); `None` otherwise.
-pub fn remap_chain(t: &Tensor, is_buffer: &dyn Fn(&Tensor) -> bool, max_binding: u64) -> Option<bool> {
-    let mut cur = t.clone();
-    let mut windows = false;
-    loop {
-        if is_buffer(&cur) {
-            return (crate::graph::execute::storage_bytes(&cur) <= max_binding).then_some(windows);
-        }
-        let next = {
-            let n = cur.node();
-            match n.op {
-                Op::Im2col { .. } => windows = true,
-                Op::Reshape | Op::Permute { .. } | Op::Expand | Op::Slice { .. } | Op::Pad { .. } => {}
-                _ => return None,
-            }
-            n.inputs[0].clone()
-        };
-        cur = next;
-    }
-}
-
 /// Render a product one of whose operands is an index-remapping expression (see
-/// [`reads_operand_in_place`]): an implicit GEMM. Both operands load through
+/// [`reads_operand_in_place`](crate::graph::schedule::reads_operand_in_place)): an implicit GEMM. Both operands load through
 /// generated functions of their (batch, row, column) coordinates, in the tiled kernel
 /// (whatever the adapter's own choice), so a convolution's windows are gathered as the
 /// tiles load instead of being written out as a column matrix first.

@@ -10,8 +10,10 @@ pub mod norm;
 pub mod quantize;
 pub mod reduce;
 pub mod softmax;
-pub mod variants;
+#[cfg(test)]
+mod variants;
 
+use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};
 use crate::{DType, Error, Result, Tensor};
 use std::panic::Location;
 
@@ -53,7 +55,7 @@ pub struct ShaderCaps {
     /// blocks (`matmul_vec4.wgsl`), chosen per adapter like the tile.
     pub tiled_vec4: bool,
     /// Products read a convolution's windows as their tiles load (implicit GEMM; see
-    /// `matmul::reads_operand_in_place`) instead of materialising the column matrix:
+    /// `graph::schedule::reads_operand_in_place`) instead of materialising the column matrix:
     /// measured per adapter by the autotuner, on by default with the tiled kernel.
     pub implicit_gemm: bool,
     /// The largest storage binding, in bytes: kernels over larger tensors are rendered
@@ -181,6 +183,65 @@ impl KernelSpec {
             window: None,
             rows: None,
         }
+    }
+}
+
+/// Render a schedule into kernels: schedule the graph under `targets` for a device
+/// with these capabilities and render every kernel (no GPU work).
+pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tensor]) -> Result<Vec<KernelSpec>> {
+    let sched = crate::graph::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
+    let is_leaf = |t: &Tensor| sched.is_buffer(t);
+    let mut specs = Vec::with_capacity(sched.kernels.len());
+    for k in &sched.kernels {
+        let spec = match k.kind {
+            KernelKind::Elementwise => elementwise::render(&k.root, &is_leaf, caps)?,
+            KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
+            KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
+            KernelKind::Matmul => {
+                let ins = &k.root.node().inputs;
+                let src = |i: &Tensor| matmul_operand(i, &sched.materialised);
+                match (src(&ins[0]), src(&ins[1])) {
+                    (Some(a), Some(b)) => matmul::render(&k.root, a, b, caps)?,
+                    // An operand the scheduler left to be read in place (implicit GEMM).
+                    _ => matmul::render_in_place(&k.root, &is_leaf, caps)?,
+                }
+            }
+            KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {
+                // Whole-buffer kernels: every operand is a buffer (or a reshape of one).
+                let bufs = k.root.node().inputs.iter().map(|i| {
+                    buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
+                        context: "schedule".into(),
+                        message: format!("{} operand {} was not materialised", k.root.op().name(), i.id()),
+                    })
+                });
+                let bufs: Vec<Tensor> = bufs.collect::<Result<_>>()?;
+                match k.kind {
+                    KernelKind::Norm => norm::render(&k.root, bufs, caps)?,
+                    KernelKind::Softmax => softmax::render(&k.root, bufs, caps)?,
+                    _ => attention::render(&k.root, bufs, caps)?,
+                }
+            }
+        };
+        if spec.output.dtype().is_quantized() && k.kind != KernelKind::Quantize {
+            return Err(quantized_output(&spec.output));
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// Kernels cannot write block formats: a quantised view must be cast before it is
+/// realised or copied.
+pub(crate) fn quantized_output(t: &Tensor) -> Error {
+    Error::DType {
+        op: "realize",
+        dtypes: vec![t.dtype()],
+        detail: format!(
+            "a {} result of {} cannot be materialised: cast it to f32 or f16 (quantised tensors are read-only)",
+            t.dtype(),
+            t.op().name()
+        ),
+        location: t.location(),
     }
 }
 

@@ -67,7 +67,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     let xi = Ix::coords(xc);
     g.align = Some((xi.key(), x.dims().to_vec()));
     let v = g.eval(x, &xi, false);
-    g.decide_windows(crate::graph::execute::storage_bytes(root));
+    g.decide_windows(root.storage_bytes());
     let body = std::mem::take(&mut g.body);
 
     let ct = compute_type(x.dtype());

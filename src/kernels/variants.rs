@@ -227,7 +227,7 @@ pub fn render_all(caps: &ShaderCaps) -> Result<Vec<KernelSpec>> {
     let mut seen = std::collections::HashSet::new();
     let mut specs = Vec::new();
     for t in covering_graphs() {
-        for s in crate::graph::execute::plan_kernels(caps, 14, std::slice::from_ref(&t))? {
+        for s in super::plan_kernels(caps, 14, std::slice::from_ref(&t))? {
             if seen.insert(s.source.clone()) {
                 specs.push(s);
             }

@@ -8,9 +8,9 @@
 //! `$TESSERA_CACHE_DIR/autotune.json`, else `$XDG_CACHE_HOME/tessera/...`, else
 //! `~/.cache/tessera/...`; a missing or corrupt file is treated as empty.
 
-use super::Device;
+use crate::device::Device;
 #[cfg(not(target_arch = "wasm32"))]
-use super::DeviceOptions;
+use crate::device::DeviceOptions;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::{Error, Result, Tensor};
 use std::path::{Path, PathBuf};
@@ -107,7 +107,7 @@ pub fn key(device: &Device) -> String {
 }
 
 /// The cache key of a device with this description.
-pub(crate) fn key_of(i: &super::DeviceInfo) -> String {
+pub(crate) fn key_of(i: &crate::device::DeviceInfo) -> String {
     format!(
         "{} | {} | {} | tessera {} | tune {TUNE_VERSION} | fallback {}",
         i.name,

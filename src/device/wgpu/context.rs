@@ -2,7 +2,7 @@
 //! uploads and readback.
 
 use super::pool::{BufferPool, PooledBuffer};
-use super::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
+use crate::device::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
 use crate::kernels::{IndexCheck, ShaderCaps};
 use crate::stats::{Counter, Counters};
 use crate::{Error, Result};
@@ -35,8 +35,8 @@ pub(crate) struct GpuContext {
     pub pool: BufferPool,
     pub counters: Arc<Counters>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
-    /// Rendered schedules by graph structure ([`crate::graph::plan`]).
-    pub plans: crate::graph::plan::PlanCache,
+    /// Rendered schedules by graph structure (`super::plan`).
+    pub plans: super::plan::PlanCache,
     pub lost: Arc<Mutex<Option<String>>>,
     pub uncaptured: Arc<Mutex<Vec<String>>>,
     /// Test hook (`DeviceOptions::invalid_kernel_for_testing`): kernels whose label

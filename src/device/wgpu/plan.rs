@@ -5,8 +5,8 @@
 //! with only the scalar slots refilled from the new nodes. Scheduling and rendering are
 //! skipped.
 
-use super::schedule::topo_order;
-use super::Op;
+use crate::graph::schedule::topo_order;
+use crate::graph::Op;
 use crate::kernels::codegen::ScalarField;
 use crate::kernels::{IndexCheck, KernelSpec};
 use crate::{DType, Tensor};

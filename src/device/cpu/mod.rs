@@ -1,9 +1,9 @@
 //! The CPU executor: runs a graph on the reference implementation. It is the oracle the
 //! GPU is tested against, and the backend of [`Device::cpu`](crate::Device::cpu).
 
-use super::schedule::topo_order;
-use super::Op;
 use crate::device::Storage;
+use crate::graph::schedule::topo_order;
+use crate::graph::Op;
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
@@ -23,11 +23,11 @@ pub(crate) fn run(targets: &[Tensor], exact: bool) -> Result<Vec<Vec<f64>>> {
         }
     };
     // The same rule as the GPU: only quantisation may materialise a block format.
-    let sched = super::schedule::schedule(targets, usize::MAX);
+    let sched = crate::graph::schedule::schedule(targets, usize::MAX);
     if let Some(k) =
         sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && !matches!(k.root.op(), Op::Quantize))
     {
-        return Err(super::execute::quantized_output(&k.root));
+        return Err(crate::kernels::quantized_output(&k.root));
     }
     // GGUF blocks of the quantisations computed here, for the targets among them.
     let mut blocks: HashMap<u64, Arc<Vec<u8>>> = HashMap::new();

@@ -1,84 +1,15 @@
-//! The GPU executor: schedule, render, plan buffers, encode every dispatch into one
+//! The GPU executor: render the schedule (or replay it), plan buffers, encode every dispatch into one
 //! command encoder, submit once, and read back only what was asked for.
 
 use super::plan;
-use super::schedule::{buffer_source, matmul_operand, KernelKind};
-use crate::device::gpu::{GpuContext, GpuStorage, PendingCheck, STORAGE};
-use crate::device::pool::PooledBuffer;
+use super::pool::PooledBuffer;
+use super::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::{Device, Storage};
-use crate::kernels::{attention, norm, quantize, softmax};
-use crate::kernels::{elementwise, matmul, reduce, KernelSpec};
+use crate::kernels::{plan_kernels, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Bytes a tensor occupies on the device (at least 4, a multiple of 4).
-pub(crate) fn storage_bytes(t: &Tensor) -> u64 {
-    t.dtype().storage_bytes(t.numel()).div_ceil(4).max(1) * 4
-}
-
-/// Render every kernel of the schedule for `targets` (no GPU work).
-pub(crate) fn plan_kernels(
-    caps: &crate::kernels::ShaderCaps,
-    max_inputs: usize,
-    targets: &[Tensor],
-) -> Result<Vec<KernelSpec>> {
-    let sched = super::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
-    let is_leaf = |t: &Tensor| sched.is_buffer(t);
-    let mut specs = Vec::with_capacity(sched.kernels.len());
-    for k in &sched.kernels {
-        let spec = match k.kind {
-            KernelKind::Elementwise => elementwise::render(&k.root, &is_leaf, caps)?,
-            KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
-            KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
-            KernelKind::Matmul => {
-                let ins = &k.root.node().inputs;
-                let src = |i: &Tensor| matmul_operand(i, &sched.materialised);
-                match (src(&ins[0]), src(&ins[1])) {
-                    (Some(a), Some(b)) => matmul::render(&k.root, a, b, caps)?,
-                    // An operand the scheduler left to be read in place (implicit GEMM).
-                    _ => matmul::render_in_place(&k.root, &is_leaf, caps)?,
-                }
-            }
-            KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {
-                // Whole-buffer kernels: every operand is a buffer (or a reshape of one).
-                let bufs = k.root.node().inputs.iter().map(|i| {
-                    buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
-                        context: "schedule".into(),
-                        message: format!("{} operand {} was not materialised", k.root.op().name(), i.id()),
-                    })
-                });
-                let bufs: Vec<Tensor> = bufs.collect::<Result<_>>()?;
-                match k.kind {
-                    KernelKind::Norm => norm::render(&k.root, bufs, caps)?,
-                    KernelKind::Softmax => softmax::render(&k.root, bufs, caps)?,
-                    _ => attention::render(&k.root, bufs, caps)?,
-                }
-            }
-        };
-        if spec.output.dtype().is_quantized() && k.kind != KernelKind::Quantize {
-            return Err(quantized_output(&spec.output));
-        }
-        specs.push(spec);
-    }
-    Ok(specs)
-}
-
-/// Kernels cannot write block formats: a quantised view must be cast before it is
-/// realised or copied.
-pub(crate) fn quantized_output(t: &Tensor) -> Error {
-    Error::DType {
-        op: "realize",
-        dtypes: vec![t.dtype()],
-        detail: format!(
-            "a {} result of {} cannot be materialised: cast it to f32 or f16 (quantised tensors are read-only)",
-            t.dtype(),
-            t.op().name()
-        ),
-        location: t.location(),
-    }
-}
 
 /// One dispatch of a kernel: its meta words, the byte range bound of its output and of
 /// each input, and its workgroups. A kernel is one dispatch over whole buffers, or, when
@@ -115,7 +46,7 @@ fn aligned_grain(grain: u64, unit_bytes: u64) -> u64 {
 /// to whole words and kept inside the buffer.
 fn window_bytes(t: &Tensor, lo: u64, hi: u64, unit_bytes: u64) -> (u64, u64) {
     let start = lo * unit_bytes;
-    (start, ((hi - lo) * unit_bytes).div_ceil(4).saturating_mul(4).min(storage_bytes(t) - start))
+    (start, ((hi - lo) * unit_bytes).div_ceil(4).saturating_mul(4).min(t.storage_bytes() - start))
 }
 
 /// A matrix product as dispatches over row blocks of A and C (B bound whole), or `None`
@@ -127,7 +58,7 @@ fn row_dispatches(
     bind_limit: u64,
 ) -> Option<Result<Vec<Dispatch>>> {
     let (a, b) = (&s.inputs[0], &s.inputs[1]);
-    if storage_bytes(b) > bind_limit {
+    if b.storage_bytes() > bind_limit {
         return None;
     }
     let (ea, ec) = (element_bytes(a) * rs.a_row, element_bytes(&s.output) * rs.c_row);
@@ -155,7 +86,7 @@ fn row_dispatches(
         out.push(Dispatch {
             meta,
             out: window_bytes(&s.output, lo, hi, ec),
-            inputs: vec![window_bytes(a, lo, hi, ea), (0, storage_bytes(b))],
+            inputs: vec![window_bytes(a, lo, hi, ea), (0, b.storage_bytes())],
             workgroups: [s.workgroups[0], y as u32, s.workgroups[2]],
         });
         lo = hi;
@@ -170,7 +101,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
     let bind_limit = caps.max_storage_buffer_binding_size;
     let mut out = Vec::with_capacity(specs.len());
     for s in specs {
-        let bytes = storage_bytes(&s.output);
+        let bytes = s.output.storage_bytes();
         if bytes > caps.max_buffer_size {
             return Err(Error::Limit {
                 what: format!("kernel {} output of shape {:?} ({} bytes)", s.label, s.output.dims(), bytes),
@@ -185,8 +116,8 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
                 limit: u32::MAX as u64 - 1,
             });
         }
-        let whole = |t: &Tensor| (0, storage_bytes(t));
-        let too_big = bytes > bind_limit || s.inputs.iter().any(|t| storage_bytes(t) > bind_limit);
+        let whole = |t: &Tensor| (0, t.storage_bytes());
+        let too_big = bytes > bind_limit || s.inputs.iter().any(|t| t.storage_bytes() > bind_limit);
         if !too_big {
             out.push(vec![Dispatch {
                 meta: s.meta.clone(),
@@ -205,13 +136,13 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
                 s.label,
                 t.dims()
             ),
-            needed: storage_bytes(t),
+            needed: t.storage_bytes(),
             limit: bind_limit,
         }
         };
         if let (None, Some(rs)) = (&s.window, &s.rows) {
             out.push(row_dispatches(ctx, s, rs, bind_limit).ok_or_else(|| {
-                let big = [&s.output, &s.inputs[0], &s.inputs[1]].into_iter().max_by_key(|t| storage_bytes(t));
+                let big = [&s.output, &s.inputs[0], &s.inputs[1]].into_iter().max_by_key(|t| t.storage_bytes());
                 limit_err(big.unwrap_or(&s.output), "operand")
             })??);
             continue;
@@ -222,7 +153,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
                 .iter()
                 .map(|t| (t, "input"))
                 .chain([(&s.output, "output")])
-                .max_by_key(|(t, _)| storage_bytes(t))
+                .max_by_key(|(t, _)| t.storage_bytes())
                 .unwrap_or((&s.output, "output"));
             return Err(limit_err(big, role));
         };
@@ -230,7 +161,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         // through windows of its own, one per dispatch (at most one such input).
         let mut gathered: Option<(usize, usize, usize)> = None;
         for (k, (t, base)) in s.inputs.iter().zip(&w.input_base).enumerate() {
-            if base.is_none() && storage_bytes(t) > bind_limit {
+            if base.is_none() && t.storage_bytes() > bind_limit {
                 // A reduction can only add up partial results where they combine.
                 let ok = !w.reduces || w.accumulate.is_some();
                 match (w.gather.get(k).copied().flatten(), gathered) {
@@ -250,7 +181,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             .iter()
             .zip(&w.input_base)
             .enumerate()
-            .map(|(k, (t, b))| b.filter(|_| storage_bytes(t) > bind_limit && gathered.is_none_or(|g| g.0 != k)))
+            .map(|(k, (t, b))| b.filter(|_| t.storage_bytes() > bind_limit && gathered.is_none_or(|g| g.0 != k)))
             .collect();
         let mut steps: Vec<u64> = out_windowed.then(|| element_bytes(&s.output)).into_iter().collect();
         steps.extend(s.inputs.iter().zip(&windowed).filter(|(_, b)| b.is_some()).map(|(t, _)| element_bytes(t) * ipo));
@@ -270,7 +201,7 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
                     chunk = s.output.numel().max(1) as u64;
                 }
                 _ => {
-                    let big = s.inputs.iter().max_by_key(|t| storage_bytes(t)).unwrap_or(&s.output);
+                    let big = s.inputs.iter().max_by_key(|t| t.storage_bytes()).unwrap_or(&s.output);
                     return Err(limit_err(big, "input"));
                 }
             }
@@ -460,7 +391,7 @@ pub(crate) async fn run(
 
     let mut meta_index = 0;
     for (j, s) in specs.iter().enumerate() {
-        let need = storage_bytes(&s.output);
+        let need = s.output.storage_bytes();
         let out = match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
             Some(p) => local_free.swap_remove(p),
             None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
@@ -539,7 +470,7 @@ pub(crate) async fn run(
     if read {
         for t in &targets[..n_read.min(targets.len())] {
             let src = buffer_of(t, &produced)?;
-            let bytes = storage_bytes(t);
+            let bytes = t.storage_bytes();
             let st = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
             encoder.copy_buffer_to_buffer(src.buffer(), 0, st.buffer(), 0, bytes);
             staging.push((st, bytes));
@@ -591,7 +522,7 @@ pub(crate) async fn run(
         }
     }
     if let Some(e) = o_err {
-        let requested = specs.iter().map(|s| storage_bytes(&s.output)).sum();
+        let requested = specs.iter().map(|s| s.output.storage_bytes()).sum();
         return Err(Error::OutOfMemory {
             context: format!("realising {} kernels ({e})", specs.len()),
             requested,

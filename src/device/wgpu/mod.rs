@@ -1,0 +1,17 @@
+//! The wgpu backend: every kernel is WGSL rendered by [`crate::kernels`] and run through
+//! wgpu (Vulkan, Metal, DX12, GL, and WebGPU in the browser).
+//!
+//! - `context`: adapter choice, device creation, error capture, the pipeline cache,
+//!   uploads and readback;
+//! - `pool`: buffers by size class, under an optional memory budget;
+//! - `plan`: replay of rendered schedules by graph structure;
+//! - `execute`: render (or replay), plan buffers and dispatches, encode, one submit;
+//! - [`autotune`]: the matmul kernel, attention and convolution choices per adapter.
+
+pub mod autotune;
+mod context;
+pub(crate) mod execute;
+pub(crate) mod plan;
+pub(crate) mod pool;
+
+pub(crate) use context::{list_adapters, GpuContext, GpuStorage, PendingCheck, STORAGE};
