@@ -45,7 +45,7 @@ fn build(d: &Device, (qd, s, causal, mask): (&[usize], usize, bool, u8), dt: DTy
 /// compiler takes ~4 s per attention variant) the first two cases in f32.
 #[test]
 fn fused_attention_matches_the_reference() {
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     for (n, case) in CASES.into_iter().enumerate() {
         let even = case.0[case.0.len() - 1] % 2 == 0;
         for (dt, tol) in [(DType::F32, Tol { atol: 2e-5, rtol: 1e-4 }), (DType::F16, Tol { atol: 2e-3, rtol: 1e-2 })] {
@@ -68,7 +68,7 @@ fn fused_attention_matches_the_reference() {
 
 #[test]
 fn the_reference_matches_the_unfused_composition() {
-    let d = Device::cpu();
+    let d = Device::reference();
     let q = rand_t(&[2, 3, 6, 8], 1, -1.0, 1.0, &d);
     let k = rand_t(&[2, 3, 10, 8], 2, -1.0, 1.0, &d);
     let v = rand_t(&[2, 3, 10, 8], 3, -1.0, 1.0, &d);

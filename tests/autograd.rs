@@ -47,7 +47,7 @@ fn analytic(build: &Build, ins: &[In], dev: &Device) -> Vec<Vec<f64>> {
 
 /// Check the gradients of `build` by finite differences (exact reference) and on every GPU.
 fn gradcheck(name: &str, ins: &[In], build: &Build) {
-    let exact = Device::cpu_exact();
+    let exact = Device::reference_exact();
     let got = analytic(build, ins, &exact);
     let base: Vec<Vec<f64>> = {
         let xs = make_inputs(ins, &exact, false);
@@ -79,7 +79,7 @@ fn gradcheck(name: &str, ins: &[In], build: &Build) {
             );
         }
     }
-    let cpu = analytic(build, ins, &Device::cpu());
+    let cpu = analytic(build, ins, &Device::reference());
     for dev in gpu_devices() {
         let gpu = analytic(build, ins, dev);
         for (i, (g, w)) in gpu.iter().zip(&cpu).enumerate() {
@@ -187,7 +187,7 @@ fn reduction_and_matmul_gradients() {
 
 #[test]
 fn backward_api() {
-    let dev = Device::cpu();
+    let dev = Device::reference();
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &dev).requires_grad();
     let y = Tensor::from_slice(&[4.0f32, 5.0, 6.0], [3], &dev).requires_grad();
     // A detached branch and a no_grad branch contribute nothing.
@@ -338,7 +338,7 @@ fn conv2d_matches_direct_convolution() {
             }
         }
     }
-    for dev in std::iter::once(&Device::cpu()).chain(gpu_devices()) {
+    for dev in std::iter::once(&Device::reference()).chain(gpu_devices()) {
         let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
         let wt = Tensor::from_slice(&wv, [oc, cg, k, k], dev);
         let bt = Tensor::from_slice(&bv, [oc], dev);
@@ -399,7 +399,7 @@ fn conv_transpose2d_matches_direct_scatter() {
             }
         }
     }
-    for dev in std::iter::once(&Device::cpu()).chain(gpu_devices()) {
+    for dev in std::iter::once(&Device::reference()).chain(gpu_devices()) {
         let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
         let wt = Tensor::from_slice(&wv, [c, og, k, k], dev);
         let bt = Tensor::from_slice(&bv, [oc], dev);
@@ -421,7 +421,7 @@ fn conv_transpose2d_matches_direct_scatter() {
     }
     // The layer: a stride-2 2x2 kernel doubles the resolution; named PyTorch slots.
     use tessera::nn::{ConvTranspose2d, Layer, Module};
-    let d = Device::cpu();
+    let d = Device::reference();
     let mut up = ConvTranspose2d::new(4, 2, 2, Conv2dOptions::new(2, 0), 7, &d);
     let y = up.forward(&Tensor::ones([1, 4, 5, 5], DType::F32, &d));
     assert_eq!(y.dims(), &[1, 2, 10, 10]);

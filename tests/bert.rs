@@ -27,7 +27,7 @@ fn minilm_matches_the_float64_reference() {
     let sentences = fx["sentences"].as_array().unwrap();
     let texts: Vec<&str> = sentences.iter().map(|s| s["text"].as_str().unwrap()).collect();
     let mut devices: Vec<Device> = common::gpu_devices().iter().take(1).cloned().collect();
-    devices.push(Device::cpu());
+    devices.push(Device::reference());
     for d in devices {
         let emb = SentenceEmbedder::load(&dir, &d).unwrap();
         let ids = emb.tokenize(&texts).unwrap();
@@ -76,8 +76,8 @@ fn memory_estimate_is_reported_before_loading() {
 #[test]
 fn memory_over_the_limits_is_refused_before_loading() {
     let cfg = tessera::models::bert::BertConfig::from_json(include_str!("fixtures/minilm_config.json")).unwrap();
-    let d = Device::cpu();
-    let gpu = common::gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let d = Device::reference();
+    let gpu = common::gpu_devices().first().cloned().unwrap_or_else(Device::reference);
     assert!(check_memory_within(&cfg, 8, 128, DType::F32, &gpu, None).is_ok());
     // Attention scores of 512 × 12 × 512 × 512 floats exceed a 128 MiB binding.
     if !gpu.is_cpu() {
@@ -91,7 +91,7 @@ fn memory_over_the_limits_is_refused_before_loading() {
 #[test]
 fn quantised_models_save_and_reload_exactly() {
     let Some(dir) = model_dir() else { return };
-    let d = common::gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let d = common::gpu_devices().first().cloned().unwrap_or_else(Device::reference);
     let texts = ["The cat sits outside.", "A man is playing a guitar."];
     let reference = SentenceEmbedder::load(&dir, &d).unwrap().embed_blocking(&texts).unwrap();
     let tmp = tempfile::tempdir().unwrap();

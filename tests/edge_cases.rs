@@ -5,7 +5,7 @@ mod common;
 use tessera::{DType, Device, Tensor};
 
 fn devices() -> Vec<Device> {
-    let mut v = vec![Device::cpu()];
+    let mut v = vec![Device::reference()];
     v.extend(common::gpu_devices().iter().cloned());
     v
 }

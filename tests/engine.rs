@@ -2,29 +2,31 @@
 //! buffer reuse, DOT output, printing, dispatch folding, and threads sharing a device.
 
 mod common;
-use common::{assert_close, gpu_devices, rand_t, Tol};
+use common::{assert_close, devices, first_device, private_gpu as private_device, rand_t, Tol};
 use tessera::{DType, Device, DeviceOptions, Tensor};
-
-/// A private device (its counters see only this test), or None without a GPU.
-fn private_device(opts: DeviceOptions) -> Option<Device> {
-    let first = Device::list().into_iter().next()?;
-    Device::with_options(DeviceOptions { adapter_index: Some(first.index), ..opts }).ok()
-}
 
 #[test]
 fn ops_are_lazy_and_fuse_into_one_submit() {
-    let Some(d) = private_device(DeviceOptions::default()) else {
-        return;
-    };
-    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], [2, 3], &d);
-    let b = Tensor::from_slice(&[0.5f32, 1.0, 1.5], [3], &d);
+    // The CPU backend runs the same schedule: the same kernels, no submits.
+    for d in private_device(DeviceOptions::default()).into_iter().chain([Device::cpu()]) {
+        lazy_and_fused_on(&d);
+    }
+}
+
+fn lazy_and_fused_on(d: &Device) {
+    let gpu = !d.is_cpu();
+    // One realisation is one submit on a GPU, none on the CPU backend.
+    let submits = usize::from(gpu) as u64;
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], [2, 3], d);
+    let b = Tensor::from_slice(&[0.5f32, 1.0, 1.5], [3], d);
     let before = d.stats();
     let y = ((&x + &b) * 2.0).relu().exp().neg().sigmoid();
-    assert_eq!(d.stats().submits, before.submits, "building ops must not run anything");
+    assert_eq!(d.stats(), before, "building ops must not run anything");
     assert!(!y.is_realized());
     let v = y.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
-    assert_eq!(s.submits - before.submits, 1, "one realisation, one submit");
+    assert_eq!(s.submits - before.submits, submits, "one realisation, one submit");
+    assert_eq!(s.realizations - before.realizations, 1);
     assert_eq!(
         s.kernels_dispatched - before.kernels_dispatched,
         1,
@@ -42,19 +44,21 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let p = x.softmax(-1);
     let _ = p.to_vec_blocking::<f32>().unwrap();
     let s = d.stats();
-    assert_eq!(s.submits - before.submits, 1);
+    assert_eq!(s.submits - before.submits, submits);
     assert_eq!(s.kernels_dispatched - before.kernels_dispatched, 1);
 
     // The same structure at another shape reuses every pipeline.
-    let before = d.stats();
-    let z = rand_t(&[5, 7], 1, -1.0, 1.0, &d).softmax(-1);
-    let _ = z.to_vec_blocking::<f32>().unwrap();
-    let s = d.stats();
-    assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
-    assert!(s.pipeline_cache_hits > before.pipeline_cache_hits);
+    if gpu {
+        let before = d.stats();
+        let z = rand_t(&[5, 7], 1, -1.0, 1.0, d).softmax(-1);
+        let _ = z.to_vec_blocking::<f32>().unwrap();
+        let s = d.stats();
+        assert_eq!(s.pipelines_compiled, before.pipelines_compiled, "pipelines are keyed by structure, not shape");
+        assert!(s.pipeline_cache_hits > before.pipeline_cache_hits);
+    }
 
     // A transposed matmul operand is read in place, not copied.
-    let w = rand_t(&[4, 3], 2, -1.0, 1.0, &d);
+    let w = rand_t(&[4, 3], 2, -1.0, 1.0, d);
     let before = d.stats();
     let _ = x.matmul(&w.t()).to_vec_blocking::<f32>().unwrap();
     assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 1, "x @ w.t() is one kernel");
@@ -66,14 +70,16 @@ fn ops_are_lazy_and_fuse_into_one_submit() {
     let c = x.sum(&[], false);
     let vals = tessera::read_all_blocking(&[a.clone(), c.clone()]).unwrap();
     assert_eq!(vals.len(), 2);
-    assert_eq!(d.stats().submits - before.submits, 1);
+    assert_eq!(d.stats().submits - before.submits, submits);
+    assert_eq!(d.stats().realizations - before.realizations, 1);
     let k = d.stats().kernels_dispatched;
     assert!(a.is_realized());
     let _ = a.to_vec_blocking::<f32>().unwrap();
     assert_eq!(d.stats().kernels_dispatched, k, "reading a realised tensor runs no kernel");
-    let submits = d.stats().submits;
+    let before = d.stats();
     a.realize_blocking().unwrap();
-    assert_eq!(d.stats().submits, submits, "realising a realised tensor submits nothing");
+    assert_eq!(d.stats().submits, before.submits, "realising a realised tensor submits nothing");
+    assert_eq!(d.stats().kernels_dispatched, before.kernels_dispatched);
 }
 
 #[test]
@@ -102,7 +108,7 @@ fn buffers_are_pooled_and_accounted() {
 
 #[test]
 fn graphs_print_as_dot_before_and_after_fusion() {
-    let d = Device::cpu();
+    let d = Device::reference();
     let x = Tensor::ones([2, 3], DType::F32, &d);
     let y = (x.exp() + 1.0).sum(&[1], false).relu();
     let dot = y.to_dot();
@@ -117,7 +123,7 @@ fn graphs_print_as_dot_before_and_after_fusion() {
 
 #[test]
 fn tensors_print_like_pytorch() {
-    let d = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let d = first_device();
     let x = Tensor::from_slice(&[1.0f32, 2.5, -3.0, 4.0], [2, 2], &d);
     assert_eq!(format!("{x}"), "tensor([[ 1.0000,  2.5000],\n        [-3.0000,  4.0000]], shape=[2, 2], dtype=f32)");
     let m = x.gt_scalar(2.0);
@@ -134,7 +140,7 @@ fn wide_dispatches_fold_into_two_dimensions() {
     let Some(d) = private_device(DeviceOptions { max_workgroups_per_dimension: Some(4), ..Default::default() }) else {
         return;
     };
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let build = |dev: &Device| {
         let x = rand_t(&[9000], 2, -1.0, 1.0, dev);
         let r = rand_t(&[20, 9], 3, -1.0, 1.0, dev);
@@ -158,8 +164,7 @@ fn tensors_and_devices_cross_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Tensor>();
     assert_send_sync::<Device>();
-    let devs: Vec<Device> = gpu_devices().iter().take(1).cloned().chain([Device::cpu()]).collect();
-    for d in devs {
+    for d in devices().into_iter().chain([Device::reference()]) {
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 let d = d.clone();
@@ -185,10 +190,11 @@ fn tensors_and_devices_cross_threads() {
 
 #[test]
 fn async_readback_works_through_any_executor() {
-    let d = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
-    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
-    let v = futures_lite_block_on(async { (&x * &x).to_vec::<f32>().await }).unwrap();
-    assert_eq!(v, vec![1.0, 4.0, 9.0]);
+    for d in devices() {
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
+        let v = futures_lite_block_on(async { (&x * &x).to_vec::<f32>().await }).unwrap();
+        assert_eq!(v, vec![1.0, 4.0, 9.0]);
+    }
 }
 
 /// A minimal executor of our own, to show `to_vec()` needs nothing from pollster.
@@ -224,7 +230,7 @@ fn an_application_can_share_its_wgpu_device() {
 
 #[test]
 fn long_and_diamond_chains_do_not_overflow() {
-    for d in gpu_devices().iter().take(1).cloned().chain([Device::cpu()]) {
+    for d in devices().into_iter().chain([Device::reference()]) {
         let mut x = Tensor::zeros([4], DType::F32, &d);
         for _ in 0..5000 {
             x = &x + 1.0;
@@ -241,7 +247,10 @@ fn long_and_diamond_chains_do_not_overflow() {
 #[test]
 fn adapters_are_picked_by_name_or_backend() {
     let list = Device::list();
-    let Some(first) = list.first() else { return };
+    let Some(first) = list.first() else {
+        assert!(common::no_gpu_allowed(), "no GPU adapter: install Mesa's lavapipe (scripts/setup.sh)");
+        return;
+    };
     // Best first: no adapter later in the list has a better device type.
     let rank =
         |t: &str| ["DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu"].iter().position(|x| *x == t).unwrap_or(4);
@@ -288,9 +297,8 @@ fn plans_replay_with_new_scalars() {
 #[test]
 fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     use tessera::device::autotune::{ensure, lookup, CANDIDATES};
-    let Some(first) = Device::list().into_iter().next() else {
-        return;
-    };
+    let Some(probe) = private_device(DeviceOptions::default()) else { return };
+    let first = Device::list().into_iter().find(|a| a.name == probe.info().name).expect("the probed adapter");
     let opts = DeviceOptions { adapter_index: Some(first.index), ..Default::default() };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("autotune.json");
@@ -332,7 +340,7 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     let before = d.stats();
     let got = Tensor::scaled_dot_product_attention(&q, &k, &k, None, true).to_f64_vec_blocking().unwrap();
     assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 1);
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let (qc, kc) = (rand_t(&[1, 2, 5, 8], 1, -1.0, 1.0, &cpu), rand_t(&[1, 2, 7, 8], 2, -1.0, 1.0, &cpu));
     let want = Tensor::scaled_dot_product_attention(&qc, &kc, &kc, None, true).to_f64_vec_blocking().unwrap();
     assert_close("tuned fused attention", &got, &want, Tol { atol: 1e-5, rtol: 1e-4 });
@@ -343,7 +351,7 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     }
 
     // Every candidate computes the same products as the reference, on odd shapes.
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let build = |dev: &Device| {
         let a = rand_t(&[37, 20], 1, -1.0, 1.0, dev);
         let b = rand_t(&[20, 70], 2, -1.0, 1.0, dev);
@@ -393,7 +401,7 @@ fn convolution_case(opts: tessera::ops::nn::Conv2dOptions, size: [usize; 4]) {
         let b = rand_t(&[6], 3, -1.0, 1.0, d);
         (x, w, b)
     };
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let (x, w, b) = build(&cpu);
     let y = x.conv2d(&w, Some(&b), opts);
     let want = y.to_f64_vec_blocking().unwrap();
@@ -402,7 +410,7 @@ fn convolution_case(opts: tessera::ops::nn::Conv2dOptions, size: [usize; 4]) {
         (grads.get(&x).unwrap().to_f64_vec_blocking().unwrap(), grads.get(&w).unwrap().to_f64_vec_blocking().unwrap());
     for tiled in [true, false] {
         let Some(d) = private_device(DeviceOptions { tiled_matmul: Some(tiled), ..Default::default() }) else {
-            return;
+            continue;
         };
         let (x, w, b) = build(&d);
         tessera::read_all_blocking(&[x.clone(), w.clone(), b.clone()]).unwrap();
@@ -446,7 +454,7 @@ fn f16_softmax_and_norms_are_one_kernel_each() {
         assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 2, "{name}");
         assert_eq!(y.dtype(), DType::F16);
     }
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let (xc, wc, bc) = build(&cpu);
     let loss = |x: &Tensor, w: &Tensor, b: &Tensor| {
         (x.softmax(-1).cast(DType::F32).square().sum(&[], false)
@@ -460,5 +468,37 @@ fn f16_softmax_and_norms_are_one_kernel_each() {
         assert_eq!(gt.dtype(), DType::F16);
         let got = gt.to_f64_vec_blocking().unwrap();
         assert_close("f16 gradient", &got, &gtc.to_f64_vec_blocking().unwrap(), Tol { atol: 2e-2, rtol: 2e-2 });
+    }
+}
+
+/// `Device::new()` takes a hardware GPU when there is one and the CPU backend
+/// otherwise (a software adapter such as lavapipe is slower than the CPU backend on
+/// the same cores), and says why; `cpu`, `gpu` and `reference` pick explicitly.
+#[test]
+fn placement_prefers_a_hardware_gpu_then_the_cpu_backend() {
+    let list = Device::list();
+    let auto = Device::with_options(DeviceOptions::default()).unwrap();
+    let hardware =
+        list.iter().find(|a| ["DiscreteGpu", "IntegratedGpu", "VirtualGpu"].contains(&a.device_type.as_str()));
+    match (hardware, list.first()) {
+        (Some(h), _) => {
+            assert_eq!(auto.info().name, h.name);
+            assert!(auto.info().placement.contains("hardware GPU"), "{}", auto.info().placement);
+        }
+        (None, Some(soft)) => {
+            assert!(auto.is_cpu() && !auto.is_reference(), "{:?}", auto.info());
+            let why = &auto.info().placement;
+            assert!(why.contains(&soft.name) && why.contains("software adapter"), "{why}");
+        }
+        (None, None) => assert!(auto.is_cpu() && auto.info().placement.contains("no GPU adapter")),
+    }
+    let pick = |name: &str| Device::with_options(DeviceOptions { adapter: Some(name.into()), ..Default::default() });
+    let cpu = pick("cpu").unwrap();
+    assert!(cpu.is_cpu() && !cpu.is_reference() && cpu.info().backend == "Cpu");
+    assert!(pick("reference").unwrap().is_reference());
+    if let Some(first) = list.first() {
+        let gpu = pick("GPU").unwrap();
+        assert_eq!(gpu.info().name, first.name, "\"gpu\" is the best wgpu adapter of any kind");
+        assert!(!gpu.is_cpu());
     }
 }

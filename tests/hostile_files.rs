@@ -78,16 +78,16 @@ fn expect_err<T: std::fmt::Debug>(what: &str, bytes: &[u8], load: impl FnOnce(&[
 type Loader = fn(&[u8]) -> tessera::Result<usize>;
 
 fn st_load(b: &[u8]) -> tessera::Result<usize> {
-    safetensors::load_bytes(b, &Device::cpu()).map(|f| f.tensors.len())
+    safetensors::load_bytes(b, &Device::reference()).map(|f| f.tensors.len())
 }
 fn gguf_load(b: &[u8]) -> tessera::Result<usize> {
-    gguf::parse(b).and_then(|f| f.to_tensors(&Device::cpu())).map(|t| t.len())
+    gguf::parse(b).and_then(|f| f.to_tensors(&Device::reference())).map(|t| t.len())
 }
 
 // ---- Valid files to corrupt --------------------------------------------------------------
 
 fn valid_safetensors() -> Vec<u8> {
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let q = quant::quantize_tensor_blocking(&Tensor::randn([2, 32], 3, &cpu), DType::Q8_0).unwrap();
     let tensors = vec![
         ("a".to_string(), Tensor::randn([2, 3], 1, &cpu)),
@@ -133,7 +133,7 @@ fn mlp(dev: &Device, out: usize) -> Sequential {
 
 /// A checkpoint of `fuzz::checkpoint`'s model (4-3-2 MLP, Adam after one step).
 fn valid_checkpoint(out: usize, poison: bool) -> Vec<u8> {
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let mut model = mlp(&cpu, out);
     let mut opt = Adam::new(1e-2);
     let x = Tensor::randn([5, 4], 9, &cpu);
@@ -337,7 +337,7 @@ fn nan_and_inf_payloads() {
     let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     let f = safetensors::load_bytes(
         &st_raw(r#"{"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#, &data),
-        &Device::cpu(),
+        &Device::reference(),
     )
     .unwrap();
     let got = f.tensors["x"].to_vec_blocking::<f32>().unwrap();
@@ -364,7 +364,7 @@ fn nan_and_inf_payloads() {
 #[test]
 fn loaded_models_stay_usable_after_failed_loads() {
     let _s = serial();
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let good = gguf::to_bytes(&valid_gguf_file()).unwrap();
     let tensors = gguf::parse(&good).unwrap().to_tensors(&cpu).unwrap();
     let before: Vec<Vec<f64>> = tensors.values().map(|t| t.to_f64_vec_blocking().unwrap()).collect();

@@ -9,7 +9,7 @@ use tessera::io::safetensors as st;
 use tessera::{DType, Device, Error, Tensor};
 
 fn dev() -> Device {
-    common::gpu_devices().first().cloned().unwrap_or_else(Device::cpu)
+    common::gpu_devices().first().cloned().unwrap_or_else(Device::reference)
 }
 
 #[test]
@@ -42,7 +42,7 @@ fn safetensors_every_dtype_loads() {
     ];
     let meta = Some(std::collections::HashMap::from([("format".to_string(), "pt".to_string())]));
     let bytes = safetensors::serialize(views, meta).unwrap();
-    for d in [dev(), Device::cpu()] {
+    for d in [dev(), Device::reference()] {
         let f = st::load_bytes(&bytes, &d).unwrap();
         assert_eq!(f.metadata.get("format").map(String::as_str), Some("pt"));
         let get = |n: &str| f.tensors[n].to_f64_vec_blocking().unwrap();
@@ -64,7 +64,7 @@ fn safetensors_every_dtype_loads() {
     let big: Vec<u8> = [1i64 << 40].iter().flat_map(|v| v.to_le_bytes()).collect();
     let bytes =
         safetensors::serialize(vec![("ids", TensorView::new(Dtype::I64, vec![1], &big).unwrap())], None).unwrap();
-    let e = st::load_bytes(&bytes, &Device::cpu()).err().unwrap();
+    let e = st::load_bytes(&bytes, &Device::reference()).err().unwrap();
     assert!(e.to_string().contains("\"ids\""), "{e}");
 }
 
@@ -121,7 +121,7 @@ fn sample_file(d: &Device) -> GgufFile {
 
 #[test]
 fn gguf_round_trips_exactly() {
-    for d in [dev(), Device::cpu()] {
+    for d in [dev(), Device::reference()] {
         let file = sample_file(&d);
         let bytes = gguf::to_bytes(&file).unwrap();
         let back = gguf::parse(&bytes).unwrap();
@@ -142,7 +142,7 @@ fn gguf_round_trips_exactly() {
 
 #[test]
 fn gguf_rejects_bad_files_clearly() {
-    let bytes = gguf::to_bytes(&sample_file(&Device::cpu())).unwrap();
+    let bytes = gguf::to_bytes(&sample_file(&Device::reference())).unwrap();
     assert!(gguf::parse(b"GGML\x03\x00\x00\x00").unwrap_err().to_string().contains("magic"));
     // Every truncation is an error, never a panic.
     for cut in (0..bytes.len()).step_by(7) {

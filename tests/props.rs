@@ -45,7 +45,7 @@ proptest! {
 
     #[test]
     fn broadcast_add_matches_elementwise_definition((a, b) in shape(3).prop_flat_map(compatible)) {
-        let d = Device::cpu();
+        let d = Device::reference();
         let x = rand_t(&a, 1, -1.0, 1.0, &d);
         let y = rand_t(&b, 2, -1.0, 1.0, &d);
         let z = (&x + &y).to_vec_blocking::<f32>().unwrap();
@@ -66,7 +66,7 @@ proptest! {
 
     #[test]
     fn reshape_keeps_row_major_order(s in shape(4), split in 0usize..4) {
-        let d = Device::cpu();
+        let d = Device::reference();
         let n: usize = s.iter().product();
         let x = Tensor::arange(0.0, n as f64, 1.0, DType::I32, &d).reshape(s.clone());
         let k = split.min(s.len());
@@ -96,7 +96,7 @@ proptest! {
             let rev: Vec<usize> = (0..a.len()).rev().collect();
             (vec![z.clone(), z.sum(&axes, false), z.permute(&rev).exp(), z.max(&axes, true)], len)
         };
-        let (want_t, len) = build(&Device::cpu());
+        let (want_t, len) = build(&Device::reference());
         let want = tessera::read_all_blocking(&want_t).unwrap();
         for d in gpu_devices() {
             let got = tessera::read_all_blocking(&build(d).0).unwrap();
@@ -149,7 +149,7 @@ proptest! {
             let b = if tb { b.transpose(-2, -1) } else { b };
             vec![a.matmul(&b).cast(DType::F32)]
         };
-        let want = tessera::read_all_blocking(&build(&Device::cpu())).unwrap();
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         let tol = if f16 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol::for_dtype(DType::F32).scaled(k) };
         for d in matmul_devices() {
             let got = tessera::read_all_blocking(&build(d)).unwrap();
@@ -184,7 +184,7 @@ proptest! {
             let back = y.conv_transpose2d(&wt, None, o, (0, 0));
             vec![y, back]
         };
-        let want = tessera::read_all_blocking(&build(&Device::cpu())).unwrap();
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         let tol = Tol::for_dtype(DType::F32).scaled(cg * kh * kw * og * 4);
         for d in matmul_devices() {
             let got = tessera::read_all_blocking(&build(d)).unwrap();

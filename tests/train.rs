@@ -59,7 +59,7 @@ fn params(model: &mut Sequential) -> Vec<Vec<f64>> {
 #[test]
 fn a_training_step_is_one_submit_and_the_loss_falls() {
     let _s = serial();
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let mut want_model = mlp(&cpu);
     let mut want_opt = Adam::new(0.05);
     let want_losses = train(&cpu, &mut want_model, &mut want_opt, 0..3);
@@ -84,7 +84,7 @@ fn a_training_step_is_one_submit_and_the_loss_falls() {
 
 /// One parameter `p`, loss `sum(p * c)` so the gradient is `c` every step.
 fn run_opt(opt: &mut dyn Optimizer, steps: usize) -> Vec<f64> {
-    let dev = Device::cpu_exact();
+    let dev = Device::reference_exact();
     let mut model = Linear {
         name: String::new(),
         weight: Tensor::from_f64(&[1.0, -2.0], [1, 2], DType::F32, &dev).requires_grad(),
@@ -160,7 +160,7 @@ fn schedules_clipping_and_loss_scaling() {
     let st = LrSchedule { base: 1.0, warmup: 0, kind: Schedule::Step { every: 10, gamma: 0.5 } };
     assert_eq!((st.lr_at(9), st.lr_at(10), st.lr_at(25)), (1.0, 0.5, 0.25));
 
-    let dev = Device::cpu_exact();
+    let dev = Device::reference_exact();
     let x = Tensor::from_f64(&[3.0, 4.0], [2], DType::F32, &dev).requires_grad();
     let mut g = x.mul(&x).mul_scalar(0.5).sum_all().backward().unwrap(); // gradient (3, 4), norm 5
     let norm = optim::clip_grad_norm(&mut g, 1.0).unwrap();
@@ -173,7 +173,7 @@ fn schedules_clipping_and_loss_scaling() {
 
     // Inputs so large that the scaled gradients overflow f32: the step is skipped,
     // nothing changes, and the scale halves.
-    for dev in std::iter::once(Device::cpu()).chain(gpu_devices().iter().cloned()) {
+    for dev in std::iter::once(Device::reference()).chain(gpu_devices().iter().cloned()) {
         let mut model = mlp(&dev);
         let mut opt = Adam::new(0.1);
         let before = params(&mut model);
@@ -192,7 +192,7 @@ fn schedules_clipping_and_loss_scaling() {
 
 #[test]
 fn module_state_names_and_modes() {
-    let dev = Device::cpu();
+    let dev = Device::reference();
     let mut m = mlp(&dev);
     let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
@@ -234,7 +234,7 @@ fn module_state_names_and_modes() {
 }
 
 fn device() -> Device {
-    gpu_devices().first().cloned().unwrap_or_else(Device::cpu)
+    gpu_devices().first().cloned().unwrap_or_else(Device::reference)
 }
 
 #[test]

@@ -322,7 +322,7 @@ fn write_mode() -> bool {
 
 #[test]
 fn op_fixtures_are_current_and_hold_on_every_adapter() {
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let mut out = Vec::new();
     for case in cases() {
         let (inputs, raw) = build(&case, &cpu);
@@ -389,7 +389,7 @@ fn embedding_fixture_matches_native() {
     let texts: Vec<String> =
         reference["sentences"].as_array().unwrap().iter().map(|s| s["text"].as_str().unwrap().to_string()).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let dev = gpu_devices().first().cloned().unwrap_or_else(Device::cpu);
+    let dev = gpu_devices().first().cloned().unwrap_or_else(Device::reference);
     let embedder = tessera::models::bert::SentenceEmbedder::load(&dir, &dev).unwrap();
     let got = embedder.embed_blocking(&refs).unwrap();
     let ids = embedder.tokenize(&refs).unwrap();
@@ -422,7 +422,7 @@ const GGUF_JSON: &str = "web/tests/fixtures/gguf.json";
 #[test]
 fn gguf_fixture_is_current() {
     use tessera::io::gguf::{self, GgufFile};
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let w = |shape: [usize; 2], seed: u64| Tensor::randn(shape, seed, &cpu);
     let tensors = vec![
         ("w_f32".to_string(), w([3, 32], 1)),

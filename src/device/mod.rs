@@ -1,6 +1,7 @@
-//! Devices: adapter choice, capabilities, and the backends a schedule runs on, one
-//! folder each: [`wgpu`](self::wgpu) (WGSL kernels through wgpu) and `cpu` (the
-//! reference interpreter).
+//! Devices: placement, capabilities, and the backends a schedule runs on, one folder
+//! each: [`wgpu`](self::wgpu) (WGSL kernels through wgpu) and `cpu` (fused loops over
+//! chunks on rayon's threads, and the f64 reference interpreter that tests compare
+//! against).
 //!
 //! Inside this module `wgpu` names the backend folder; the crate is `::wgpu`.
 
@@ -42,9 +43,10 @@ pub struct Capabilities {
 /// Describes a device: its adapter and capabilities.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
-    /// Adapter name (`llvmpipe (LLVM 15.0.6, 256 bits)`, `NVIDIA H200`, `cpu`).
+    /// Adapter name (`llvmpipe (LLVM 15.0.6, 256 bits)`, `NVIDIA H200`, `cpu (2 threads)`).
     pub name: String,
-    /// `Vulkan`, `Gl`, `Metal`, `Dx12`, `BrowserWebGpu`, or `Cpu` for the reference backend.
+    /// `Vulkan`, `Gl`, `Metal`, `Dx12`, `BrowserWebGpu`, `Cpu` for the CPU backend, or
+    /// `Reference`.
     pub backend: String,
     /// `DiscreteGpu`, `IntegratedGpu`, `Cpu`, ...
     pub device_type: String,
@@ -53,6 +55,9 @@ pub struct DeviceInfo {
     /// Whether the f16 path is the packed fallback because it was forced.
     pub forced_fallback: bool,
     pub capabilities: Capabilities,
+    /// Why this device was chosen: "NVIDIA H200 is a hardware GPU", "llvmpipe (...) is
+    /// a software adapter; the CPU backend is faster here", or how it was asked for.
+    pub placement: String,
 }
 
 /// An adapter found by [`Device::list`].
@@ -115,6 +120,12 @@ pub struct DeviceOptions {
     pub max_binding_size: Option<u64>,
 }
 
+/// Whether a wgpu device type is real graphics hardware (not a CPU emulation such as
+/// lavapipe, llvmpipe, SwiftShader or WARP).
+pub(crate) fn is_hardware(device_type: &str) -> bool {
+    matches!(device_type, "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu")
+}
+
 /// Parse `123`, `64K`, `512M` or `2G` (powers of 1024).
 pub fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
@@ -160,8 +171,10 @@ impl DeviceOptions {
 
 pub(crate) enum Backend {
     Gpu(Box<self::wgpu::GpuContext>),
-    /// The reference interpreter; `exact` skips rounding to each node's dtype.
-    Cpu {
+    /// The CPU backend: every dtype at its own precision, on rayon's threads.
+    Cpu,
+    /// The f64 reference interpreter; `exact` skips rounding to each node's dtype.
+    Reference {
         exact: bool,
     },
 }
@@ -181,7 +194,7 @@ impl Drop for DeviceInner {
     }
 }
 
-/// A compute device: a wgpu adapter's device, or the CPU reference backend.
+/// A compute device: a wgpu adapter's device, the CPU backend, or the f64 reference.
 /// Cheap to clone; tensors keep their device alive.
 #[derive(Clone)]
 pub struct Device(pub(crate) Arc<DeviceInner>);
@@ -190,14 +203,21 @@ pub struct Device(pub(crate) Arc<DeviceInner>);
 #[derive(Clone)]
 pub(crate) enum Storage {
     Gpu(Arc<self::wgpu::GpuStorage>),
+    /// A tensor on the CPU backend, at its dtype's width.
+    Cpu(Arc<cpu::buffer::CpuBuffer>),
+    /// A tensor on the reference device, one f64 per element.
     Host(Arc<Vec<f64>>),
-    /// A quantised tensor on the CPU device: its values and its exact GGUF blocks.
+    /// A quantised tensor on the reference device: its values and its exact GGUF blocks.
     HostQuantized(Arc<Vec<f64>>, Arc<Vec<u8>>),
 }
 
 impl Device {
-    /// The best adapter: discrete, then integrated, then virtual, then CPU; respects
-    /// `TESSERA_ADAPTER` and `TESSERA_FORCE_FALLBACK`. Blocks (native only).
+    /// The best device here: a hardware GPU (discrete, then integrated, then virtual)
+    /// when there is one, else the CPU backend, which beats a software adapter such as
+    /// lavapipe or SwiftShader on the same cores. [`DeviceInfo::placement`] says why.
+    /// `TESSERA_ADAPTER` overrides (`cpu`, `gpu` for the best wgpu adapter of any kind,
+    /// `reference`, or part of an adapter's name or backend), as does
+    /// `TESSERA_FORCE_FALLBACK`. Blocks (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<Device> {
         pollster::block_on(Self::new_async(DeviceOptions::from_env()))
@@ -210,8 +230,40 @@ impl Device {
     }
 
     /// Open a device; the async form works on every target.
-    pub async fn new_async(options: DeviceOptions) -> Result<Device> {
-        let ctx = self::wgpu::GpuContext::open(&options).await?;
+    pub async fn new_async(mut options: DeviceOptions) -> Result<Device> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let wanted = options.adapter.clone().or_else(|| DeviceOptions::from_env().adapter);
+        #[cfg(target_arch = "wasm32")]
+        let wanted = options.adapter.clone();
+        let wanted = wanted.map(|w| w.trim().to_lowercase());
+        let (placement, open_best) = match (wanted.as_deref(), options.adapter_index) {
+            (Some("cpu"), _) => {
+                return Ok(Device::cpu_placed("chosen (TESSERA_ADAPTER or DeviceOptions::adapter is \"cpu\")".into()))
+            }
+            (Some("reference"), _) => return Ok(Device::reference()),
+            (Some("gpu"), None) => ("chosen (\"gpu\": the best wgpu adapter of any kind)".to_string(), true),
+            (Some(w), None) => (format!("chosen (the first adapter matching {w:?})"), false),
+            (_, Some(i)) => (format!("chosen (adapter index {i})"), false),
+            (None, None) => {
+                let adapters = self::wgpu::list_adapters().await;
+                match adapters.iter().find(|a| is_hardware(&a.device_type)) {
+                    Some(a) => (format!("{} is a hardware GPU ({})", a.name, a.device_type), true),
+                    None => return Ok(Device::cpu_placed(match adapters.first() {
+                        Some(a) => format!(
+                            "{} is a software adapter; the CPU backend is faster here (TESSERA_ADAPTER=gpu picks it anyway)",
+                            a.name
+                        ),
+                        None => "no GPU adapter found; the CPU backend runs here".into(),
+                    })),
+                }
+            }
+        };
+        if open_best {
+            options.adapter = None;
+            options.adapter_index = Some(0);
+        }
+        let mut ctx = self::wgpu::GpuContext::open(&options).await?;
+        ctx.info.placement = placement;
         Ok(Device::from_context(ctx, Some(options)))
     }
 
@@ -222,7 +274,7 @@ impl Device {
     /// returns itself; a device from [`Device::from_wgpu`] cannot be re-created here.
     pub async fn recover_async(&self) -> Result<Device> {
         match (&self.0.backend, &self.0.options) {
-            (Backend::Cpu { .. }, _) => Ok(self.clone()),
+            (Backend::Cpu | Backend::Reference { .. }, _) => Ok(self.clone()),
             (_, Some(options)) => Device::new_async(options.clone()).await,
             (_, None) => Err(Error::Unsupported(
                 "Device::recover: this device came from Device::from_wgpu; create a new wgpu device and wrap it".into(),
@@ -241,7 +293,7 @@ impl Device {
     pub fn is_lost(&self) -> bool {
         match &self.0.backend {
             Backend::Gpu(g) => g.check_alive().is_err(),
-            Backend::Cpu { .. } => false,
+            Backend::Cpu | Backend::Reference { .. } => false,
         }
     }
 
@@ -271,17 +323,24 @@ impl Device {
         Device::from_context(self::wgpu::GpuContext::from_wgpu(device, queue, false), None)
     }
 
-    /// The CPU reference backend: every op computed in f64 by `src/reference/` and
-    /// rounded to its dtype. It is the tests' oracle and runs where no GPU exists.
+    /// The CPU backend: the same fused schedule run on the host's cores, every dtype at
+    /// its own precision, matrix products through the `gemm` crate. What
+    /// [`Device::new`] picks where the only GPU adapters are software ones.
     pub fn cpu() -> Device {
-        Device::cpu_with(false)
+        Device::cpu_placed("chosen (Device::cpu)".into())
+    }
+
+    /// The reference backend: every op computed in f64 by `src/reference/` and rounded
+    /// to its dtype, one op at a time. It is the tests' oracle; it is slow.
+    pub fn reference() -> Device {
+        Device::reference_with(false)
     }
 
     /// The reference backend without rounding: every float op (and every float upload)
     /// keeps f64 precision whatever the dtype says. Finite-difference gradient checks
     /// run here.
-    pub fn cpu_exact() -> Device {
-        Device::cpu_with(true)
+    pub fn reference_exact() -> Device {
+        Device::reference_with(true)
     }
 
     /// The matmul kernel and register tile this device uses (`None` on the CPU device).
@@ -293,7 +352,7 @@ impl Device {
                 tn: g.caps.matmul_tile.1,
                 vec4: g.caps.tiled_vec4,
             }),
-            Backend::Cpu { .. } => None,
+            Backend::Cpu | Backend::Reference { .. } => None,
         }
     }
 
@@ -301,17 +360,18 @@ impl Device {
     pub fn direct_matmul(&self) -> bool {
         match &self.0.backend {
             Backend::Gpu(g) => g.caps.direct_matmul,
-            Backend::Cpu { .. } => false,
+            Backend::Cpu | Backend::Reference { .. } => false,
         }
     }
 
-    /// Whether `scaled_dot_product_attention` runs the fused kernel here (the
-    /// autotuner measured it faster than the composition on this adapter, or
-    /// `TESSERA_FUSED_ATTENTION=1`).
+    /// Whether `scaled_dot_product_attention` runs as one attention kernel here: on a
+    /// GPU where the autotuner measured the fused kernel faster than the composition
+    /// (or `TESSERA_FUSED_ATTENTION=1`), always on the CPU backend (its own loop).
     pub fn fused_attention(&self) -> bool {
         match &self.0.backend {
             Backend::Gpu(g) => g.fused_attention,
-            Backend::Cpu { .. } => false,
+            Backend::Cpu => std::env::var("TESSERA_FUSED_ATTENTION").as_deref() != Ok("0"),
+            Backend::Reference { .. } => false,
         }
     }
 
@@ -319,16 +379,32 @@ impl Device {
     pub fn implicit_gemm(&self) -> bool {
         match &self.0.backend {
             Backend::Gpu(g) => g.caps.implicit_gemm,
-            Backend::Cpu { .. } => false,
+            Backend::Cpu | Backend::Reference { .. } => false,
         }
     }
 
-    /// Whether this is the unrounded reference backend ([`Device::cpu_exact`]).
+    /// Whether this is the unrounded reference backend ([`Device::reference_exact`]).
     pub fn is_exact(&self) -> bool {
-        matches!(self.0.backend, Backend::Cpu { exact: true })
+        matches!(self.0.backend, Backend::Reference { exact: true })
     }
 
-    fn cpu_with(exact: bool) -> Device {
+    /// Whether this is the reference backend (rounded or exact).
+    pub fn is_reference(&self) -> bool {
+        matches!(self.0.backend, Backend::Reference { .. })
+    }
+
+    fn cpu_placed(placement: String) -> Device {
+        let threads = cpu::threads();
+        Device::host(format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" }), placement, Backend::Cpu)
+    }
+
+    fn reference_with(exact: bool) -> Device {
+        let name = if exact { "reference (exact f64)" } else { "reference (f64, rounded per op)" };
+        Device::host(name.into(), "chosen (Device::reference)".into(), Backend::Reference { exact })
+    }
+
+    /// A device on the host: no binding or dispatch limits.
+    fn host(name: String, placement: String, backend: Backend) -> Device {
         let caps = Capabilities {
             shader_f16: true,
             subgroups: false,
@@ -344,14 +420,15 @@ impl Device {
         };
         Device(Arc::new(DeviceInner {
             info: DeviceInfo {
-                name: if exact { "cpu (exact reference)" } else { "cpu (reference)" }.into(),
-                backend: "Cpu".into(),
+                backend: if matches!(backend, Backend::Cpu) { "Cpu" } else { "Reference" }.into(),
+                name,
                 device_type: "Cpu".into(),
                 driver: String::new(),
                 forced_fallback: false,
                 capabilities: caps,
+                placement,
             },
-            backend: Backend::Cpu { exact },
+            backend,
             counters: Arc::new(Counters::default()),
             options: None,
         }))
@@ -373,9 +450,9 @@ impl Device {
         &self.0.info.capabilities
     }
 
-    /// True for the CPU reference backend.
+    /// True for the devices that run on the host: the CPU backend and the reference.
     pub fn is_cpu(&self) -> bool {
-        matches!(self.0.backend, Backend::Cpu { .. })
+        matches!(self.0.backend, Backend::Cpu | Backend::Reference { .. })
     }
 
     /// This device's counters since it was opened.
@@ -387,7 +464,7 @@ impl Device {
     pub fn wgpu(&self) -> Option<(&::wgpu::Device, &::wgpu::Queue)> {
         match &self.0.backend {
             Backend::Gpu(g) => Some((&g.device, &g.queue)),
-            Backend::Cpu { .. } => None,
+            Backend::Cpu | Backend::Reference { .. } => None,
         }
     }
 
@@ -403,7 +480,7 @@ impl Device {
                     .map(|_| ())
                     .map_err(|e| Error::DeviceLost(e.to_string()))
             }
-            Backend::Cpu { .. } => Ok(()),
+            Backend::Cpu | Backend::Reference { .. } => Ok(()),
         }
     }
 
@@ -411,7 +488,7 @@ impl Device {
     pub fn trim_pool(&self) -> u64 {
         match &self.0.backend {
             Backend::Gpu(g) => g.pool.trim(),
-            Backend::Cpu { .. } => 0,
+            Backend::Cpu | Backend::Reference { .. } => 0,
         }
     }
 
@@ -446,7 +523,11 @@ impl Device {
                 Ok(s) => Storage::Gpu(Arc::new(s)),
                 Err(e) => return Tensor::failed(e, dtype, self),
             },
-            Backend::Cpu { .. } => Storage::Host(Arc::new(values)),
+            Backend::Cpu => Storage::Cpu(Arc::new(cpu::buffer::CpuBuffer::new(
+                cpu::buffer::HostBuffer::from_f64(dtype, &values),
+                &self.0.counters,
+            ))),
+            Backend::Reference { .. } => Storage::Host(Arc::new(values)),
         };
         Tensor::from_storage(storage, shape, dtype, self)
     }
@@ -458,7 +539,11 @@ impl Device {
                 Ok(s) => Storage::Gpu(Arc::new(s)),
                 Err(e) => return Tensor::failed(e, dtype, self),
             },
-            Backend::Cpu { .. } => {
+            Backend::Cpu => Storage::Cpu(Arc::new(cpu::buffer::CpuBuffer::new(
+                cpu::buffer::HostBuffer::Quant(dtype, blocks.to_vec()),
+                &self.0.counters,
+            ))),
+            Backend::Reference { .. } => {
                 let values = crate::quant::dequantize(dtype, blocks).into_iter().map(f64::from).collect();
                 Storage::HostQuantized(Arc::new(values), Arc::new(blocks.to_vec()))
             }
@@ -481,6 +566,7 @@ impl Device {
                 let mut out = g.map_read(&[(staging.buffer(), bytes)]).await?;
                 Ok(out.pop().unwrap_or_default())
             }
+            (_, Some(Storage::Cpu(b))) => Ok(b.device_bytes()),
             (_, Some(Storage::Host(v))) => Ok(crate::dtype::encode(t.dtype(), &v)),
             (_, Some(Storage::HostQuantized(_, blocks))) => Ok(crate::quant::blocks_to_gpu(t.dtype(), &blocks)),
             _ => Err(Error::Unsupported(format!("tensor {} is not realised on {}", t.id(), self))),
@@ -519,8 +605,9 @@ impl Device {
         }
         match &self.0.backend {
             Backend::Gpu(g) => self::wgpu::execute::run(g, self, targets, n_read).await,
-            Backend::Cpu { exact } => {
-                let mut vals = cpu::run(targets, *exact)?;
+            Backend::Cpu => cpu::run(self, targets, n_read),
+            Backend::Reference { exact } => {
+                let mut vals = cpu::reference::run(targets, *exact)?;
                 vals.truncate(n_read);
                 Ok((n_read > 0).then_some(vals))
             }

@@ -120,16 +120,19 @@ fn uniform(i: u32, lo: u32, hi: u32, stream: u32) -> f64 {
 
 /// `n` seeded uniform [0, 1) or standard normal values.
 pub fn rand(seed: u64, normal: bool, n: usize) -> Vec<f64> {
+    (0..n).map(|i| rand_at(seed, normal, i)).collect()
+}
+
+/// Element `i` of [`rand`]: the generator is counter-based, so any element can be
+/// computed on its own.
+pub fn rand_at(seed: u64, normal: bool, i: usize) -> f64 {
     let (lo, hi) = (seed as u32, (seed >> 32) as u32);
-    (0..n as u32)
-        .map(|i| {
-            if normal {
-                let u1 = uniform(i, lo, hi, 1) as f32 as f64;
-                let u2 = uniform(i, lo, hi, 2) as f32 as f64;
-                (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-            } else {
-                uniform(i, lo, hi, 0)
-            }
-        })
-        .collect()
+    let i = i as u32;
+    if normal {
+        let u1 = uniform(i, lo, hi, 1) as f32 as f64;
+        let u2 = uniform(i, lo, hi, 2) as f32 as f64;
+        (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    } else {
+        uniform(i, lo, hi, 0)
+    }
 }

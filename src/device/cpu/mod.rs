@@ -1,61 +1,161 @@
-//! The CPU executor: runs a graph on the reference implementation. It is the oracle the
-//! GPU is tested against, and the backend of [`Device::cpu`](crate::Device::cpu).
+//! The CPU backend: the same schedule the wgpu backend renders, run on the host with
+//! every dtype at its own precision.
+//!
+//! - `buffer`: storage per dtype (f32, f16, i32, u32, bool, GGUF blocks) and the
+//!   chunks of values expressions compute in;
+//! - `expr`: fused element-wise kernels, compiled once per realisation and evaluated
+//!   over chunks of output indices on rayon's threads;
+//! - `reduce`: reductions over any axis set, their input expression fused;
+//! - `matmul`: products through the `gemm` crate, quantised weights dequantised panel
+//!   by panel;
+//! - `rows`: softmax, layer/RMS norm and attention, each its own loop;
+//! - `reference`: the f64 interpreter over `src/reference/`, the tests' oracle
+//!   ([`Device::reference`](crate::Device::reference)).
+//!
+//! A convolution reaches here as `Im2col` (an element-wise kernel, materialised because
+//! it is a matmul operand) under a matmul: im2col plus GEMM.
 
-use crate::device::Storage;
-use crate::graph::schedule::topo_order;
+pub(crate) mod buffer;
+mod expr;
+mod matmul;
+mod par;
+mod reduce;
+pub(crate) mod reference;
+mod rows;
+
+use crate::device::{Device, Storage};
+use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};
 use crate::graph::Op;
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
+use buffer::{CpuBuffer, HostBuffer};
+use expr::Program;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Compute `targets` (and everything unrealised under them) on the host.
-pub(crate) fn run(targets: &[Tensor], exact: bool) -> Result<Vec<Vec<f64>>> {
-    let order = topo_order(targets);
-    let mut vals: HashMap<u64, Arc<Vec<f64>>> = HashMap::new();
-    let value = |t: &Tensor, vals: &HashMap<u64, Arc<Vec<f64>>>| -> Result<Arc<Vec<f64>>> {
-        if let Some(v) = vals.get(&t.id()) {
-            return Ok(v.clone());
-        }
-        match t.storage() {
-            Some(Storage::Host(v) | Storage::HostQuantized(v, _)) => Ok(v),
-            _ => Err(Error::Unsupported(format!("tensor {} is not on the CPU device", t.id()))),
-        }
-    };
-    // The same rule as the GPU: only quantisation may materialise a block format.
-    let sched = crate::graph::schedule::schedule(targets, usize::MAX);
-    if let Some(k) =
-        sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && !matches!(k.root.op(), Op::Quantize))
-    {
+pub(crate) use par::threads;
+
+/// Realise `targets` on the CPU backend and return the values of the first `n_read`
+/// (`None` when `n_read` is 0).
+pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
+    let sched = crate::graph::schedule::schedule_with(targets, usize::MAX, u64::MAX, false);
+    if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && k.kind != KernelKind::Quantize) {
         return Err(crate::kernels::quantized_output(&k.root));
     }
-    // GGUF blocks of the quantisations computed here, for the targets among them.
-    let mut blocks: HashMap<u64, Arc<Vec<u8>>> = HashMap::new();
-    for t in &order {
-        let inputs: Vec<Arc<Vec<f64>>> = t.node().inputs.iter().map(|i| value(i, &vals)).collect::<Result<_>>()?;
-        let out = if matches!(t.op(), Op::Quantize) {
-            let (values, b) = crate::reference::quantize(t.dtype(), &inputs[0]);
-            blocks.insert(t.id(), Arc::new(b));
-            values
-        } else {
-            let refs: Vec<&[f64]> = inputs.iter().map(|v| v.as_slice()).collect();
-            crate::reference::eval_with(t, &refs, exact)?
-        };
-        vals.insert(t.id(), Arc::new(out));
-    }
-    if let Some(t) = targets.first() {
-        t.device().0.counters.add(Counter::Realizations, 1);
-    }
-    let mut out = Vec::with_capacity(targets.len());
-    for t in targets {
-        let v = value(t, &vals)?;
-        if !t.is_realized() {
-            match blocks.get(&t.id()) {
-                Some(b) => t.set_storage(Storage::HostQuantized(v.clone(), b.clone())),
-                None => t.set_storage(Storage::Host(v.clone())),
+    // Each buffer is dropped after its last reader unless it is a target.
+    let mut last_use: HashMap<u64, usize> = HashMap::new();
+    for (j, k) in sched.kernels.iter().enumerate() {
+        let mut stack: Vec<Tensor> = k.root.node().inputs.clone();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t.id()) {
+                continue;
+            }
+            match buffer_source(&t, &sched.materialised) {
+                Some(b) => {
+                    last_use.insert(b.id(), j);
+                }
+                None => stack.extend(t.node().inputs.iter().cloned()),
             }
         }
-        out.push(v.as_ref().clone());
     }
-    Ok(out)
+    let mut produced: HashMap<u64, Arc<CpuBuffer>> = HashMap::new();
+    let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
+    for (j, k) in sched.kernels.iter().enumerate() {
+        let out = {
+            let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
+                let src = buffer_source(t, &sched.materialised).unwrap_or_else(|| t.clone());
+                if let Some(b) = produced.get(&src.id()) {
+                    return Ok(b.clone());
+                }
+                match src.storage() {
+                    Some(Storage::Cpu(b)) => Ok(b),
+                    _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
+                }
+            };
+            let is_leaf = |t: &Tensor| sched.is_buffer(t);
+            kernel(k.kind, &k.root, &sched.materialised, &is_leaf, &buffer)?
+        };
+        produced.insert(k.root.id(), Arc::new(CpuBuffer::new(out, &dev.0.counters)));
+        produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
+    }
+    dev.0.counters.add(Counter::Kernels, sched.kernels.len() as u64);
+    dev.0.counters.add(Counter::Realizations, 1);
+    dev.0.counters.add(Counter::Plans, 1);
+    let mut out = Vec::with_capacity(n_read);
+    for (i, t) in targets.iter().enumerate() {
+        let b = match produced.get(&t.id()) {
+            Some(b) => {
+                t.set_storage(Storage::Cpu(b.clone()));
+                b.clone()
+            }
+            None => match t.storage() {
+                Some(Storage::Cpu(b)) => b,
+                _ => return Err(Error::Unsupported(format!("cpu: tensor {} was not computed", t.id()))),
+            },
+        };
+        if i < n_read {
+            out.push(b.to_f64(t.numel()));
+        }
+    }
+    Ok((n_read > 0).then_some(out))
+}
+
+/// Compute one scheduled kernel.
+fn kernel(
+    kind: KernelKind,
+    root: &Tensor,
+    materialised: &std::collections::HashSet<u64>,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+) -> Result<HostBuffer> {
+    let ins = &root.node().inputs;
+    match kind {
+        KernelKind::Elementwise => Program::compile(root, true, is_leaf, buffer)?.run(root.numel()),
+        KernelKind::Reduce => {
+            let Op::Reduce { op, axes } = root.op() else { unreachable!("reduce kernels root a reduction") };
+            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
+            reduce::reduce(&prog, ins[0].dims(), *op, axes, root.dtype())
+        }
+        KernelKind::Quantize => {
+            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
+            let values = prog.run(ins[0].numel())?.to_f32();
+            Ok(HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values)))
+        }
+        KernelKind::Matmul => {
+            let operand = |t: &Tensor| -> Result<matmul::Operand> {
+                let (b, transposed) = matmul_operand(t, materialised).ok_or_else(|| {
+                    Error::Unsupported(format!("cpu: matmul operand {} was not materialised", t.id()))
+                })?;
+                Ok(matmul::Operand { buf: buffer(&b)?, dims: t.dims().to_vec(), transposed })
+            };
+            matmul::matmul(root.dims(), &operand(&ins[0])?, &operand(&ins[1])?)
+        }
+        KernelKind::Softmax => {
+            let Op::Softmax { axis, log } = root.op() else { unreachable!("softmax kernels root a softmax") };
+            rows::softmax(&*buffer(&ins[0])?, root.dims(), *axis, *log)
+        }
+        KernelKind::Norm => {
+            let Op::Norm { rms, eps, weight, bias } = root.op() else { unreachable!("norm kernels root a norm") };
+            let w = weight.then(|| buffer(&ins[1])).transpose()?;
+            let b = bias.then(|| buffer(&ins[1 + usize::from(*weight)])).transpose()?;
+            let d = root.dims().last().copied().unwrap_or(1);
+            rows::norm(&*buffer(&ins[0])?, d, *rms, *eps, w.as_deref().map(|b| &**b), b.as_deref().map(|b| &**b))
+        }
+        KernelKind::Attention => {
+            let Op::Attention { causal } = root.op() else { unreachable!("attention kernels root attention") };
+            let bias = ins.get(3).map(|b| buffer(b).map(|buf| (buf, b.dims().to_vec()))).transpose()?;
+            let s = ins[1].dims()[ins[1].rank() - 2];
+            rows::attention(
+                &*buffer(&ins[0])?,
+                &*buffer(&ins[1])?,
+                &*buffer(&ins[2])?,
+                bias.as_ref().map(|(b, d)| (&***b, d.as_slice())),
+                *causal,
+                root.dims(),
+                s,
+                root.dtype(),
+            )
+        }
+    }
 }

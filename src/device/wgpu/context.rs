@@ -156,7 +156,7 @@ fn no_adapter_help() -> String {
     if cfg!(target_arch = "wasm32") {
         "this browser exposes no WebGPU adapter: use a browser with WebGPU enabled (Chrome/Edge 113+, or Chromium with --enable-unsafe-webgpu)".into()
     } else {
-        "wgpu found no Vulkan, Metal, DX12 or GL adapter. On Linux without a GPU install Mesa's lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`); or use Device::cpu()".into()
+        "wgpu found no Vulkan, Metal, DX12 or GL adapter. On Linux without a GPU install Mesa's lavapipe (`apt-get install mesa-vulkan-drivers libvulkan1`); or use Device::cpu(), which Device::new() picks by itself".into()
     }
 }
 
@@ -301,6 +301,7 @@ impl GpuContext {
                 driver: String::new(),
                 forced_fallback,
                 capabilities: caps,
+                placement: "the application's own wgpu device (Device::from_wgpu)".into(),
             },
             pool: BufferPool::new(counters.clone()),
             counters,

@@ -1,0 +1,296 @@
+//! Host storage of the CPU backend: every dtype at its own width, and the chunks of
+//! values that fused expressions compute in (f32 for every float dtype, i32, u32, and
+//! one byte per bool).
+
+use crate::quant;
+use crate::stats::{Counter, Counters};
+use crate::DType;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use std::sync::Arc;
+
+/// A realised tensor on the CPU backend.
+#[derive(Debug)]
+pub(crate) enum HostBuffer {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    /// One byte per element, 0 or 1.
+    Bool(Vec<u8>),
+    /// Q8_0 or Q4_0: GGUF blocks, exactly as given or as quantised.
+    Quant(DType, Vec<u8>),
+}
+
+/// A [`HostBuffer`] counted in its device's statistics (buffers, bytes in use and
+/// allocated) for as long as it lives.
+#[derive(Debug)]
+pub(crate) struct CpuBuffer {
+    data: HostBuffer,
+    counters: Arc<Counters>,
+}
+
+impl CpuBuffer {
+    pub fn new(data: HostBuffer, counters: &Arc<Counters>) -> CpuBuffer {
+        let bytes = data.bytes() as i64;
+        counters.add(Counter::Buffers, 1);
+        counters.allocated(bytes);
+        counters.in_use(bytes);
+        CpuBuffer { data, counters: counters.clone() }
+    }
+}
+
+impl std::ops::Deref for CpuBuffer {
+    type Target = HostBuffer;
+    fn deref(&self) -> &HostBuffer {
+        &self.data
+    }
+}
+
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        let bytes = self.data.bytes() as i64;
+        self.counters.allocated(-bytes);
+        self.counters.in_use(-bytes);
+    }
+}
+
+/// Values computed for a chunk of indices, in the compute type of their dtype.
+#[derive(Clone, Debug)]
+pub(crate) enum Vals {
+    F(Vec<f32>),
+    I(Vec<i32>),
+    U(Vec<u32>),
+    B(Vec<u8>),
+}
+
+impl Vals {
+    pub fn len(&self) -> usize {
+        match self {
+            Vals::F(v) => v.len(),
+            Vals::I(v) => v.len(),
+            Vals::U(v) => v.len(),
+            Vals::B(v) => v.len(),
+        }
+    }
+
+    /// `n` copies of `value` (already rounded to `dtype`) in `dtype`'s compute type.
+    pub fn splat(dtype: DType, value: f64, n: usize) -> Vals {
+        match dtype {
+            DType::I32 => Vals::I(vec![value as i32; n]),
+            DType::U32 => Vals::U(vec![value as u32; n]),
+            DType::Bool => Vals::B(vec![u8::from(value != 0.0); n]),
+            _ => Vals::F(vec![value as f32; n]),
+        }
+    }
+
+    /// Element `i` as f64 (exact).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            Vals::F(v) => v[i] as f64,
+            Vals::I(v) => v[i] as f64,
+            Vals::U(v) => v[i] as f64,
+            Vals::B(v) => v[i] as f64,
+        }
+    }
+
+    /// `self[pos[j]] = src[j]` for every `j` (both of one compute type).
+    pub fn scatter(&mut self, pos: &[usize], src: &Vals) {
+        fn go<T: Copy>(dst: &mut [T], pos: &[usize], src: &[T]) {
+            for (&p, &v) in pos.iter().zip(src) {
+                dst[p] = v;
+            }
+        }
+        match (self, src) {
+            (Vals::F(d), Vals::F(s)) => go(d, pos, s),
+            (Vals::I(d), Vals::I(s)) => go(d, pos, s),
+            (Vals::U(d), Vals::U(s)) => go(d, pos, s),
+            (Vals::B(d), Vals::B(s)) => go(d, pos, s),
+            _ => debug_assert!(false, "scatter between compute types"),
+        }
+    }
+
+    /// Values as indices for gathers: integers as they are, floats truncated.
+    pub fn to_i64(&self) -> Vec<i64> {
+        match self {
+            Vals::F(v) => v.iter().map(|&x| x as i64).collect(),
+            Vals::I(v) => v.iter().map(|&x| x as i64).collect(),
+            Vals::U(v) => v.iter().map(|&x| x as i64).collect(),
+            Vals::B(v) => v.iter().map(|&x| x as i64).collect(),
+        }
+    }
+}
+
+/// Round f32 values to f16 precision in place (what an f16 op stores).
+pub(crate) fn round_f16(v: &mut [f32]) {
+    let mut tmp = [f16::ZERO; 256];
+    for c in v.chunks_mut(256) {
+        let t = &mut tmp[..c.len()];
+        t.convert_from_f32_slice(c);
+        t.convert_to_f32_slice(c);
+    }
+}
+
+impl HostBuffer {
+    /// Host values (already rounded to `dtype`) in `dtype`'s storage.
+    pub fn from_f64(dtype: DType, values: &[f64]) -> HostBuffer {
+        match dtype {
+            DType::F32 => HostBuffer::F32(values.iter().map(|&v| v as f32).collect()),
+            DType::F16 => HostBuffer::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
+            DType::I32 => HostBuffer::I32(values.iter().map(|&v| v as i32).collect()),
+            DType::U32 => HostBuffer::U32(values.iter().map(|&v| v as u32).collect()),
+            DType::Bool => HostBuffer::Bool(values.iter().map(|&v| u8::from(v != 0.0)).collect()),
+            DType::Q8_0 | DType::Q4_0 => {
+                let f: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+                HostBuffer::Quant(dtype, quant::quantize(dtype, &f))
+            }
+        }
+    }
+
+    /// An output buffer of `dtype` for `n` elements, written by kernels.
+    pub fn zeros(dtype: DType, n: usize) -> HostBuffer {
+        match dtype {
+            DType::F32 => HostBuffer::F32(vec![0.0; n]),
+            DType::F16 => HostBuffer::F16(vec![f16::ZERO; n]),
+            DType::I32 => HostBuffer::I32(vec![0; n]),
+            DType::U32 => HostBuffer::U32(vec![0; n]),
+            DType::Bool => HostBuffer::Bool(vec![0; n]),
+            DType::Q8_0 | DType::Q4_0 => HostBuffer::Quant(dtype, vec![0; quant::gguf_bytes(dtype, n)]),
+        }
+    }
+
+    /// Every element as f64 (exact), `n` of them.
+    pub fn to_f64(&self, n: usize) -> Vec<f64> {
+        match self {
+            HostBuffer::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostBuffer::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostBuffer::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostBuffer::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostBuffer::Bool(v) => v.iter().map(|&x| x as f64).collect(),
+            HostBuffer::Quant(d, b) => quant::dequantize(*d, b).into_iter().take(n).map(f64::from).collect(),
+        }
+    }
+
+    /// The bytes a GPU buffer of this tensor would hold (the common device encoding:
+    /// bool as u32, quantised blocks in the split GPU layout), padded to 4 bytes.
+    pub fn device_bytes(&self) -> Vec<u8> {
+        let mut out: Vec<u8> = match self {
+            HostBuffer::F32(v) => bytemuck::cast_slice(v).to_vec(),
+            HostBuffer::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+            HostBuffer::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostBuffer::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostBuffer::Bool(v) => v.iter().flat_map(|&x| u32::from(x).to_le_bytes()).collect(),
+            HostBuffer::Quant(d, b) => quant::blocks_to_gpu(*d, b),
+        };
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        out
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> u64 {
+        (match self {
+            HostBuffer::F32(v) => v.len() * 4,
+            HostBuffer::F16(v) => v.len() * 2,
+            HostBuffer::I32(v) => v.len() * 4,
+            HostBuffer::U32(v) => v.len() * 4,
+            HostBuffer::Bool(v) => v.len(),
+            HostBuffer::Quant(_, b) => b.len(),
+        }) as u64
+    }
+
+    /// Elements `start..start + n` in the compute type.
+    pub fn load_range(&self, start: usize, n: usize) -> Vals {
+        let r = start..start + n;
+        match self {
+            HostBuffer::F32(v) => Vals::F(v[r].to_vec()),
+            HostBuffer::F16(v) => {
+                let mut out = vec![0.0f32; n];
+                v[r].convert_to_f32_slice(&mut out);
+                Vals::F(out)
+            }
+            HostBuffer::I32(v) => Vals::I(v[r].to_vec()),
+            HostBuffer::U32(v) => Vals::U(v[r].to_vec()),
+            HostBuffer::Bool(v) => Vals::B(v[r].to_vec()),
+            HostBuffer::Quant(d, b) => Vals::F(r.map(|i| dequant_at(*d, b, i)).collect()),
+        }
+    }
+
+    /// The elements at `idx` in the compute type.
+    pub fn load_list(&self, idx: &[usize]) -> Vals {
+        match self {
+            HostBuffer::F32(v) => Vals::F(idx.iter().map(|&i| v[i]).collect()),
+            HostBuffer::F16(v) => Vals::F(idx.iter().map(|&i| v[i].to_f32()).collect()),
+            HostBuffer::I32(v) => Vals::I(idx.iter().map(|&i| v[i]).collect()),
+            HostBuffer::U32(v) => Vals::U(idx.iter().map(|&i| v[i]).collect()),
+            HostBuffer::Bool(v) => Vals::B(idx.iter().map(|&i| v[i]).collect()),
+            HostBuffer::Quant(d, b) => Vals::F(idx.iter().map(|&i| dequant_at(*d, b, i)).collect()),
+        }
+    }
+
+    /// f32 values of a float or quantised buffer (a copy; f16 and blocks converted).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            HostBuffer::F32(v) => v.clone(),
+            HostBuffer::F16(v) => {
+                let mut out = vec![0.0f32; v.len()];
+                v.convert_to_f32_slice(&mut out);
+                out
+            }
+            HostBuffer::Quant(d, b) => quant::dequantize(*d, b),
+            HostBuffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            HostBuffer::U32(v) => v.iter().map(|&x| x as f32).collect(),
+            HostBuffer::Bool(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// The f32 data when this is an f32 buffer (no copy).
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            HostBuffer::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Element `i` of GGUF blocks of `dtype`, dequantised.
+#[inline]
+pub(crate) fn dequant_at(dtype: DType, blocks: &[u8], i: usize) -> f32 {
+    let (blk, j) = (i / 32, i % 32);
+    match dtype {
+        DType::Q8_0 => {
+            let b = &blocks[blk * 34..blk * 34 + 34];
+            f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * (b[2 + j] as i8) as f32
+        }
+        _ => {
+            let b = &blocks[blk * 18..blk * 18 + 18];
+            let q = if j < 16 { b[2 + j] & 15 } else { b[2 + j - 16] >> 4 };
+            f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * (q as f32 - 8.0)
+        }
+    }
+}
+
+/// Dequantise the row of `k` values starting at element `start` (a multiple of 32) of
+/// GGUF blocks into `out`.
+pub(crate) fn dequant_row(dtype: DType, blocks: &[u8], start: usize, out: &mut [f32]) {
+    let bb = quant::block_bytes(dtype);
+    let b0 = start / 32;
+    for (c, o) in out.chunks_mut(32).enumerate() {
+        let b = &blocks[(b0 + c) * bb..(b0 + c + 1) * bb];
+        let d = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+        match dtype {
+            DType::Q8_0 => {
+                for (o, &q) in o.iter_mut().zip(&b[2..]) {
+                    *o = d * (q as i8) as f32;
+                }
+            }
+            _ => {
+                for (j, o) in o.iter_mut().enumerate() {
+                    let q = if j < 16 { b[2 + j] & 15 } else { b[2 + j - 16] >> 4 };
+                    *o = d * (q as f32 - 8.0);
+                }
+            }
+        }
+    }
+}

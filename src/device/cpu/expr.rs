@@ -1,0 +1,873 @@
+//! Fused element-wise expressions on the CPU: the nodes a scheduled kernel fuses,
+//! compiled into a [`Program`] and evaluated over chunks of output indices. Each op runs
+//! as one tight loop over a chunk (a few thousand elements, so intermediates stay in
+//! cache), never op by op over whole tensors. Movement ops rewrite the index set their
+//! input is evaluated at: chains of permutes, broadcasts and slices fold into one
+//! strided map at compile time; pads, concatenations, gathers and convolution windows
+//! evaluate their input at the indices that exist and scatter the results.
+
+use super::buffer::{round_f16, CpuBuffer, HostBuffer, Vals};
+use crate::graph::{BinaryOp, Op, UnaryOp, Window};
+use crate::reference::elementwise as refew;
+use crate::{DType, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::Arc;
+
+/// Output elements evaluated together: small enough for a chunk's intermediates to stay
+/// in the core's cache, large enough that per-op overhead is noise.
+pub(crate) const CHUNK: usize = 2048;
+
+/// A set of linear indices into a node's output.
+#[derive(Clone, Debug)]
+pub(crate) enum Idx {
+    /// `start..start + len`.
+    Range(usize, usize),
+    /// Arbitrary indices.
+    List(Vec<usize>),
+}
+
+impl Idx {
+    pub fn len(&self) -> usize {
+        match self {
+            Idx::Range(_, n) => *n,
+            Idx::List(v) => v.len(),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Leaf(Arc<CpuBuffer>),
+    Full(f64),
+    Arange {
+        start: f64,
+        step: f64,
+    },
+    Rand {
+        seed: u64,
+        normal: bool,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Where,
+    Cast,
+    /// Same linear index (a reshape).
+    Identity,
+    /// Input index `offset + sum(coord[d] * strides[d])` over this node's dims: a folded
+    /// chain of permutes, broadcasts and slices.
+    Strided {
+        offset: usize,
+        strides: Vec<usize>,
+        contiguous: bool,
+    },
+    Pad {
+        before: Vec<usize>,
+        value: f64,
+    },
+    Concat {
+        axis: usize,
+    },
+    Gather {
+        axis: usize,
+        loc: &'static Location<'static>,
+    },
+    IndexSelect {
+        axis: usize,
+        loc: &'static Location<'static>,
+    },
+    Im2col {
+        window: Window,
+        pad_value: f64,
+    },
+    Col2im {
+        window: Window,
+    },
+}
+
+#[derive(Debug)]
+struct PNode {
+    kind: Kind,
+    dtype: DType,
+    dims: Vec<usize>,
+    inputs: Vec<usize>,
+    /// Read by more than one node of the program: its chunk values are memoised.
+    shared: bool,
+}
+
+/// A compiled fused expression.
+#[derive(Debug)]
+pub(crate) struct Program {
+    nodes: Vec<PNode>,
+    root: usize,
+}
+
+/// How a strided map's input coordinate `e` follows from the output coordinates:
+/// `base + mult * coord[src]`, or the constant `base` when `src` is `None`.
+#[derive(Clone, Copy)]
+struct AxisMap {
+    base: usize,
+    mult: usize,
+    src: Option<usize>,
+}
+
+/// The coordinate map of a permute, expand or slice node, if `t` is one.
+fn axis_maps(t: &Tensor) -> Option<Vec<AxisMap>> {
+    let n = t.node();
+    let id = n.inputs.first()?.dims();
+    let od = t.dims();
+    Some(match &n.op {
+        Op::Permute { perm } => {
+            let mut m = vec![AxisMap { base: 0, mult: 1, src: None }; id.len()];
+            for (k, &p) in perm.iter().enumerate() {
+                m[p] = AxisMap { base: 0, mult: 1, src: Some(k) };
+            }
+            m
+        }
+        Op::Expand => {
+            let off = od.len() - id.len();
+            id.iter()
+                .enumerate()
+                .map(|(j, &s)| AxisMap { base: 0, mult: 1, src: (s != 1).then_some(off + j) })
+                .collect()
+        }
+        Op::Slice { starts, steps } => {
+            (0..id.len()).map(|d| AxisMap { base: starts[d], mult: steps[d], src: Some(d) }).collect()
+        }
+        _ => return None,
+    })
+}
+
+/// Row-major strides of `dims`.
+pub(crate) fn strides_of(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+impl Program {
+    /// Compile the expression under `root` down to the tensors `is_leaf` names. With
+    /// `is_kernel`, `root` is the node the kernel materialises (computed even though
+    /// the schedule lists it as a buffer); otherwise it is an input expression of a
+    /// reduction or quantisation, which may be a buffer itself. `buffer` gives a leaf's
+    /// storage.
+    pub fn compile(
+        root: &Tensor,
+        is_kernel: bool,
+        is_leaf: &dyn Fn(&Tensor) -> bool,
+        buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+    ) -> Result<Program> {
+        let mut p = Program { nodes: Vec::new(), root: 0 };
+        let mut ids: HashMap<u64, usize> = HashMap::new();
+        let mut uses: HashMap<usize, usize> = HashMap::new();
+        p.root = p.add(root, is_kernel, is_leaf, buffer, &mut ids, &mut uses)?;
+        for (n, u) in uses {
+            if u > 1 {
+                p.nodes[n].shared = true;
+            }
+        }
+        Ok(p)
+    }
+
+    fn add(
+        &mut self,
+        t: &Tensor,
+        is_root: bool,
+        is_leaf: &dyn Fn(&Tensor) -> bool,
+        buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+        ids: &mut HashMap<u64, usize>,
+        uses: &mut HashMap<usize, usize>,
+    ) -> Result<usize> {
+        if let Some(&i) = ids.get(&t.id()) {
+            *uses.entry(i).or_default() += 1;
+            return Ok(i);
+        }
+        // Iterative over deep chains would be nicer; the scheduler bounds fused depth.
+        let leaf = t.is_realized() || (!is_root && is_leaf(t)) || (is_root && matches!(t.op(), Op::Input));
+        let (kind, inputs) = if leaf {
+            (Kind::Leaf(buffer(t)?), Vec::new())
+        } else {
+            let n = t.node();
+            let mut ins: Vec<Tensor> = n.inputs.clone();
+            let kind = match &n.op {
+                Op::Full { value } => Kind::Full(t.dtype().round(*value)),
+                Op::Arange { start, step } => Kind::Arange { start: *start, step: *step },
+                Op::Rand { seed, normal } => Kind::Rand { seed: *seed, normal: *normal },
+                Op::Unary(u) => Kind::Unary(*u),
+                Op::Binary(b) => Kind::Binary(*b),
+                Op::Where => Kind::Where,
+                Op::Cast => Kind::Cast,
+                Op::Reshape => Kind::Identity,
+                Op::Permute { .. } | Op::Expand | Op::Slice { .. } => {
+                    // Fold the chain of coordinate maps down to its first other node.
+                    let mut maps = axis_maps(t).unwrap_or_default();
+                    let mut bottom = n.inputs[0].clone();
+                    while !bottom.is_realized() && !is_leaf(&bottom) && !ids.contains_key(&bottom.id()) {
+                        let Some(inner) = axis_maps(&bottom) else { break };
+                        maps = inner
+                            .iter()
+                            .map(|im| match im.src {
+                                None => *im,
+                                Some(s) => {
+                                    let o = maps[s];
+                                    AxisMap { base: im.base + im.mult * o.base, mult: im.mult * o.mult, src: o.src }
+                                }
+                            })
+                            .collect();
+                        let next = bottom.node().inputs[0].clone();
+                        bottom = next;
+                    }
+                    let bs = strides_of(bottom.dims());
+                    let mut strides = vec![0; t.rank()];
+                    let mut offset = 0;
+                    for (e, m) in maps.iter().enumerate() {
+                        offset += m.base * bs[e];
+                        if let Some(s) = m.src {
+                            strides[s] += m.mult * bs[e];
+                        }
+                    }
+                    let own = strides_of(t.dims());
+                    let contiguous = t.dims().iter().zip(strides.iter().zip(&own)).all(|(&d, (s, o))| d <= 1 || s == o);
+                    ins = vec![bottom];
+                    Kind::Strided { offset, strides, contiguous }
+                }
+                Op::Pad { before, value } => Kind::Pad { before: before.clone(), value: *value },
+                Op::Concat { axis } => Kind::Concat { axis: *axis },
+                Op::Gather { axis } => Kind::Gather { axis: *axis, loc: n.location },
+                Op::IndexSelect { axis } => Kind::IndexSelect { axis: *axis, loc: n.location },
+                Op::Im2col { window, pad_value } => Kind::Im2col { window: *window, pad_value: *pad_value },
+                Op::Col2im { window } => Kind::Col2im { window: *window },
+                op => {
+                    return Err(Error::Unsupported(format!(
+                        "cpu: {} is not an element-wise op and cannot be fused",
+                        op.name()
+                    )))
+                }
+            };
+            let mut inputs = Vec::with_capacity(ins.len());
+            for i in &ins {
+                inputs.push(self.add(i, false, is_leaf, buffer, ids, uses)?);
+            }
+            (kind, inputs)
+        };
+        self.nodes.push(PNode { kind, dtype: t.dtype(), dims: t.dims().to_vec(), inputs, shared: false });
+        let i = self.nodes.len() - 1;
+        ids.insert(t.id(), i);
+        uses.insert(i, 1);
+        Ok(i)
+    }
+
+    /// The root's dtype.
+    pub fn dtype(&self) -> DType {
+        self.nodes[self.root].dtype
+    }
+
+    /// The root's values at `idx`.
+    pub fn eval(&self, idx: Idx) -> Result<Vals> {
+        let mut ev = Evaluator { prog: self, memo: Vec::new(), next: 0 };
+        let r = ev.idx(idx);
+        ev.eval(self.root, &r)
+    }
+
+    /// Evaluate the whole root into a new buffer of its dtype, chunk by chunk (in
+    /// parallel where it is large).
+    pub fn run(&self, numel: usize) -> Result<HostBuffer> {
+        let mut out = HostBuffer::zeros(self.dtype(), numel);
+        write_chunks(&mut out, |start, n| self.eval(Idx::Range(start, n)))?;
+        Ok(out)
+    }
+}
+
+/// Fill `out` chunk by chunk with `f(start, len)` (in parallel over chunks).
+pub(crate) fn write_chunks(out: &mut HostBuffer, f: impl Fn(usize, usize) -> Result<Vals> + Sync) -> Result<()> {
+    use half::slice::HalfFloatSliceExt;
+    match out {
+        HostBuffer::F32(o) => super::par::chunks(o, CHUNK, |s, c| {
+            if let Vals::F(v) = f(s, c.len())? {
+                c.copy_from_slice(&v);
+            }
+            Ok(())
+        }),
+        HostBuffer::F16(o) => super::par::chunks(o, CHUNK, |s, c| {
+            if let Vals::F(v) = f(s, c.len())? {
+                c.convert_from_f32_slice(&v);
+            }
+            Ok(())
+        }),
+        HostBuffer::I32(o) => super::par::chunks(o, CHUNK, |s, c| {
+            if let Vals::I(v) = f(s, c.len())? {
+                c.copy_from_slice(&v);
+            }
+            Ok(())
+        }),
+        HostBuffer::U32(o) => super::par::chunks(o, CHUNK, |s, c| {
+            if let Vals::U(v) = f(s, c.len())? {
+                c.copy_from_slice(&v);
+            }
+            Ok(())
+        }),
+        HostBuffer::Bool(o) => super::par::chunks(o, CHUNK, |s, c| {
+            if let Vals::B(v) = f(s, c.len())? {
+                c.copy_from_slice(&v);
+            }
+            Ok(())
+        }),
+        HostBuffer::Quant(..) => Err(Error::Unsupported("cpu: an element-wise kernel cannot write blocks".into())),
+    }
+}
+
+/// An index set with an identity, so shared nodes evaluated at the same set are
+/// computed once per chunk.
+struct IdxRef {
+    id: u64,
+    idx: Idx,
+}
+
+struct Evaluator<'a> {
+    prog: &'a Program,
+    memo: Vec<(usize, u64, Vals)>,
+    next: u64,
+}
+
+/// Visit the coordinates (over `dims`) of every index of `idx`: `f(position, coords)`.
+fn each_coord(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
+    let r = dims.len();
+    let mut c = vec![0usize; r];
+    match idx {
+        Idx::Range(start, n) => {
+            if *n == 0 {
+                return;
+            }
+            crate::shape::unravel(*start, dims, &mut c);
+            for p in 0..*n {
+                f(p, &c);
+                let mut d = r;
+                while d > 0 {
+                    d -= 1;
+                    c[d] += 1;
+                    if c[d] < dims[d] {
+                        break;
+                    }
+                    c[d] = 0;
+                }
+            }
+        }
+        Idx::List(v) => {
+            for (p, &i) in v.iter().enumerate() {
+                crate::shape::unravel(i, dims, &mut c);
+                f(p, &c);
+            }
+        }
+    }
+}
+
+/// `offset + sum(coord[d] * strides[d])` for every index of `idx` over `dims`.
+fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) -> Vec<usize> {
+    let r = dims.len();
+    let mut out = Vec::with_capacity(idx.len());
+    match idx {
+        Idx::Range(start, n) if r > 0 => {
+            let mut c = vec![0usize; r];
+            crate::shape::unravel(*start, dims, &mut c);
+            let mut acc = offset + c.iter().zip(strides).map(|(a, b)| a * b).sum::<usize>();
+            let (last, ls) = (dims[r - 1], strides[r - 1]);
+            let mut left = *n;
+            while left > 0 {
+                // The rest of the innermost row in one run.
+                let run = (last - c[r - 1]).min(left);
+                out.extend((0..run).map(|j| acc + j * ls));
+                left -= run;
+                acc += run * ls;
+                c[r - 1] += run;
+                let mut d = r - 1;
+                while c[d] == dims[d] && d > 0 {
+                    acc -= dims[d] * strides[d];
+                    c[d] = 0;
+                    d -= 1;
+                    c[d] += 1;
+                    acc += strides[d];
+                }
+            }
+        }
+        Idx::Range(_, n) => out.extend(std::iter::repeat_n(offset, *n)),
+        Idx::List(v) => {
+            for &i in v {
+                let mut rem = i;
+                let mut acc = offset;
+                for d in (0..r).rev() {
+                    let n = dims[d].max(1);
+                    acc += (rem % n) * strides[d];
+                    rem /= n;
+                }
+                out.push(acc);
+            }
+        }
+    }
+    out
+}
+
+impl<'a> Evaluator<'a> {
+    fn idx(&mut self, idx: Idx) -> IdxRef {
+        self.next += 1;
+        IdxRef { id: self.next, idx }
+    }
+
+    fn eval(&mut self, n: usize, at: &IdxRef) -> Result<Vals> {
+        let node = &self.prog.nodes[n];
+        if node.shared {
+            if let Some((_, _, v)) = self.memo.iter().find(|(m, id, _)| *m == n && *id == at.id) {
+                return Ok(v.clone());
+            }
+        }
+        let v = self.compute(n, at)?;
+        if node.shared {
+            self.memo.push((n, at.id, v.clone()));
+        }
+        Ok(v)
+    }
+
+    /// Evaluate input `n` at fresh indices.
+    fn eval_at(&mut self, n: usize, idx: Idx) -> Result<Vals> {
+        let r = self.idx(idx);
+        self.eval(n, &r)
+    }
+
+    /// Evaluate input `src` at `indices` for the positions `pos` of a chunk of `len`
+    /// values that are `fill` everywhere else.
+    fn scatter_from(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        fill: f64,
+        src: usize,
+        pos: &[usize],
+        indices: Vec<usize>,
+    ) -> Result<Vals> {
+        let mut out = Vals::splat(dtype, dtype.round(fill), len);
+        if !pos.is_empty() {
+            let v = self.eval_at(src, Idx::List(indices))?;
+            out.scatter(pos, &v);
+        }
+        Ok(out)
+    }
+
+    fn compute(&mut self, n: usize, at: &IdxRef) -> Result<Vals> {
+        let prog = self.prog;
+        let node = &prog.nodes[n];
+        let dt = node.dtype;
+        let len = at.idx.len();
+        let ins = &node.inputs;
+        Ok(match &node.kind {
+            Kind::Leaf(b) => match &at.idx {
+                Idx::Range(s, l) => b.load_range(*s, *l),
+                Idx::List(v) => b.load_list(v),
+            },
+            Kind::Full(v) => Vals::splat(dt, *v, len),
+            Kind::Arange { start, step } => {
+                let vals: Vec<f64> = match &at.idx {
+                    Idx::Range(s, l) => (*s..s + l).map(|i| dt.round(start + i as f64 * step)).collect(),
+                    Idx::List(v) => v.iter().map(|&i| dt.round(start + i as f64 * step)).collect(),
+                };
+                from_f64(dt, &vals)
+            }
+            Kind::Rand { seed, normal } => {
+                let vals: Vec<f64> = match &at.idx {
+                    Idx::Range(s, l) => (*s..s + l).map(|i| dt.round(refew::rand_at(*seed, *normal, i))).collect(),
+                    Idx::List(v) => v.iter().map(|&i| dt.round(refew::rand_at(*seed, *normal, i))).collect(),
+                };
+                from_f64(dt, &vals)
+            }
+            Kind::Unary(u) => {
+                let x = self.eval(ins[0], at)?;
+                unary(*u, x, dt)
+            }
+            Kind::Binary(b) => {
+                let x = self.eval(ins[0], at)?;
+                let y = self.eval(ins[1], at)?;
+                binary(*b, x, y, prog.nodes[ins[0]].dtype, dt)
+            }
+            Kind::Where => {
+                let m = self.eval(ins[0], at)?;
+                let a = self.eval(ins[1], at)?;
+                let b = self.eval(ins[2], at)?;
+                select(m, a, b)
+            }
+            Kind::Cast => {
+                let x = self.eval(ins[0], at)?;
+                cast(x, prog.nodes[ins[0]].dtype, dt)
+            }
+            Kind::Identity => self.eval(ins[0], at)?,
+            Kind::Strided { offset, strides, contiguous } => {
+                let idx = match &at.idx {
+                    Idx::Range(s, l) if *contiguous => Idx::Range(offset + s, *l),
+                    i => Idx::List(strided_indices(i, &node.dims, *offset, strides)),
+                };
+                self.eval_at(ins[0], idx)?
+            }
+            Kind::Pad { before, value } => {
+                let from = &prog.nodes[ins[0]].dims;
+                let fs = strides_of(from);
+                let (mut pos, mut src) = (Vec::with_capacity(len), Vec::with_capacity(len));
+                each_coord(&at.idx, &node.dims, |p, c| {
+                    let mut acc = 0;
+                    for d in 0..c.len() {
+                        if c[d] < before[d] || c[d] - before[d] >= from[d] {
+                            return;
+                        }
+                        acc += (c[d] - before[d]) * fs[d];
+                    }
+                    pos.push(p);
+                    src.push(acc);
+                });
+                self.scatter_from(dt, len, *value, ins[0], &pos, src)?
+            }
+            Kind::Concat { axis } => {
+                let mut out = Vals::splat(dt, 0.0, len);
+                let mut starts = Vec::with_capacity(ins.len());
+                let mut acc = 0;
+                for &i in ins {
+                    starts.push(acc);
+                    acc += prog.nodes[i].dims[*axis];
+                }
+                let mut parts: Vec<(Vec<usize>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); ins.len()];
+                let strides: Vec<Vec<usize>> = ins.iter().map(|&i| strides_of(&prog.nodes[i].dims)).collect();
+                each_coord(&at.idx, &node.dims, |p, c| {
+                    let k = starts.partition_point(|&s| s <= c[*axis]) - 1;
+                    let mut idx = 0;
+                    for d in 0..c.len() {
+                        let cd = if d == *axis { c[d] - starts[k] } else { c[d] };
+                        idx += cd * strides[k][d];
+                    }
+                    parts[k].0.push(p);
+                    parts[k].1.push(idx);
+                });
+                for (k, (pos, src)) in parts.into_iter().enumerate() {
+                    if !pos.is_empty() {
+                        let v = self.eval_at(ins[k], Idx::List(src))?;
+                        out.scatter(&pos, &v);
+                    }
+                }
+                out
+            }
+            Kind::Gather { axis, loc } => {
+                let index = self.eval(ins[1], at)?.to_i64();
+                let xd = &prog.nodes[ins[0]].dims;
+                let xs = strides_of(xd);
+                let mut src = Vec::with_capacity(len);
+                let mut bad = None;
+                each_coord(&at.idx, &node.dims, |p, c| {
+                    let v = index[p];
+                    if v < 0 || v as usize >= xd[*axis] {
+                        bad.get_or_insert(v);
+                        src.push(0);
+                        return;
+                    }
+                    let mut acc = 0;
+                    for d in 0..c.len() {
+                        acc += if d == *axis { v as usize } else { c[d] } * xs[d];
+                    }
+                    src.push(acc);
+                });
+                if let Some(v) = bad {
+                    return Err(out_of_range("gather", v, *axis, xd[*axis], loc));
+                }
+                self.eval_at(ins[0], Idx::List(src))?
+            }
+            Kind::IndexSelect { axis, loc } => {
+                let xd = &prog.nodes[ins[0]].dims;
+                let xs = strides_of(xd);
+                let mut which = Vec::with_capacity(len);
+                each_coord(&at.idx, &node.dims, |_, c| which.push(c[*axis]));
+                let index = self.eval_at(ins[1], Idx::List(which.clone()))?.to_i64();
+                if let Some(&v) = index.iter().find(|&&v| v < 0 || v as usize >= xd[*axis]) {
+                    return Err(out_of_range("index_select", v, *axis, xd[*axis], loc));
+                }
+                let mut src = Vec::with_capacity(len);
+                each_coord(&at.idx, &node.dims, |p, c| {
+                    let mut acc = 0;
+                    for d in 0..c.len() {
+                        acc += if d == *axis { index[p] as usize } else { c[d] } * xs[d];
+                    }
+                    src.push(acc);
+                });
+                self.eval_at(ins[0], Idx::List(src))?
+            }
+            Kind::Im2col { window, pad_value } => {
+                let xd = &prog.nodes[ins[0]].dims;
+                let (h, w) = (xd[2] as isize, xd[3] as isize);
+                let kw = window.kernel.1;
+                let (mut pos, mut src) = (Vec::with_capacity(len), Vec::with_capacity(len));
+                each_coord(&at.idx, &node.dims, |p, c| {
+                    let (k, y, x) = (c[2], c[3], c[4]);
+                    let sh = (y * window.stride.0 + (k / kw) * window.dilation.0) as isize - window.padding.0 as isize;
+                    let sw = (x * window.stride.1 + (k % kw) * window.dilation.1) as isize - window.padding.1 as isize;
+                    if sh >= 0 && sw >= 0 && sh < h && sw < w {
+                        pos.push(p);
+                        src.push(((c[0] * xd[1] + c[1]) * h as usize + sh as usize) * w as usize + sw as usize);
+                    }
+                });
+                self.scatter_from(dt, len, *pad_value, ins[0], &pos, src)?
+            }
+            Kind::Col2im { window } => {
+                let cd = &prog.nodes[ins[0]].dims;
+                let (kk, oh, ow) = (cd[2], cd[3], cd[4]);
+                let (kh, kw) = window.kernel;
+                let mut src = Vec::with_capacity(len * 2);
+                let mut counts = Vec::with_capacity(len);
+                // The window positions (i, j) and output pixels (y, x) that read (h, w).
+                let taps = |v: usize, k: usize, s: usize, p: usize, d: usize, o: usize| -> Option<usize> {
+                    let t = v as isize + p as isize - (k * d) as isize;
+                    (t >= 0 && t as usize % s == 0 && (t as usize / s) < o).then(|| t as usize / s)
+                };
+                each_coord(&at.idx, &node.dims, |_, c| {
+                    let before = src.len();
+                    for i in 0..kh {
+                        let Some(y) = taps(c[2], i, window.stride.0, window.padding.0, window.dilation.0, oh) else {
+                            continue;
+                        };
+                        for j in 0..kw {
+                            if let Some(x) = taps(c[3], j, window.stride.1, window.padding.1, window.dilation.1, ow) {
+                                src.push((((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh + y) * ow + x);
+                            }
+                        }
+                    }
+                    counts.push(src.len() - before);
+                });
+                let v = self.eval_at(ins[0], Idx::List(src))?;
+                let Vals::F(v) = v else {
+                    return Err(Error::Unsupported("cpu: col2im of a non-float tensor".into()));
+                };
+                let mut out = Vec::with_capacity(len);
+                let mut at = 0;
+                for c in counts {
+                    out.push(v[at..at + c].iter().sum::<f32>());
+                    at += c;
+                }
+                if dt == DType::F16 {
+                    round_f16(&mut out);
+                }
+                Vals::F(out)
+            }
+        })
+    }
+}
+
+fn out_of_range(op: &'static str, v: i64, axis: usize, size: usize, loc: &'static Location<'static>) -> Error {
+    Error::IndexOutOfRange { op, index: v, axis, size, location: loc }
+}
+
+/// Values of `dt` from exact f64s.
+fn from_f64(dt: DType, v: &[f64]) -> Vals {
+    match dt {
+        DType::I32 => Vals::I(v.iter().map(|&x| x as i32).collect()),
+        DType::U32 => Vals::U(v.iter().map(|&x| x as u32).collect()),
+        DType::Bool => Vals::B(v.iter().map(|&x| u8::from(x != 0.0)).collect()),
+        _ => Vals::F(v.iter().map(|&x| x as f32).collect()),
+    }
+}
+
+/// The slow, exact path for combinations without a typed loop: through the reference.
+fn via_f64(x: &Vals, f: impl Fn(f64, usize) -> f64, dt: DType) -> Vals {
+    let v: Vec<f64> = (0..x.len()).map(|i| dt.round(f(x.get_f64(i), i))).collect();
+    from_f64(dt, &v)
+}
+
+fn f16_if(dt: DType, mut v: Vec<f32>) -> Vals {
+    if dt == DType::F16 {
+        round_f16(&mut v);
+    }
+    Vals::F(v)
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// One unary op over a chunk; `dt` is the node's dtype.
+pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
+    match x {
+        Vals::F(mut v) => {
+            let f: fn(f32) -> f32 = match u {
+                UnaryOp::Neg => |x| -x,
+                UnaryOp::Abs => f32::abs,
+                UnaryOp::Exp => f32::exp,
+                UnaryOp::Log => f32::ln,
+                UnaryOp::Sqrt => f32::sqrt,
+                UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
+                UnaryOp::Sin => f32::sin,
+                UnaryOp::Cos => f32::cos,
+                UnaryOp::Tanh => f32::tanh,
+                UnaryOp::Sigmoid => sigmoid,
+                UnaryOp::Relu => |x| if x < 0.0 { 0.0 } else { x },
+                UnaryOp::Erf => libm::erff,
+                UnaryOp::GeluErf => |x| 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+                UnaryOp::GeluTanh => |x| {
+                    let k = (2.0f32 / std::f32::consts::PI).sqrt();
+                    0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+                },
+                UnaryOp::Silu => |x| x * sigmoid(x),
+                UnaryOp::Floor => f32::floor,
+                UnaryOp::Ceil => f32::ceil,
+                UnaryOp::Recip => |x| 1.0 / x,
+                UnaryOp::Not => |x| if x == 0.0 { 1.0 } else { 0.0 },
+            };
+            if u == UnaryOp::Not && dt == DType::Bool {
+                return Vals::B(v.iter().map(|&x| u8::from(x == 0.0)).collect());
+            }
+            for x in &mut v {
+                *x = f(*x);
+            }
+            f16_if(dt, v)
+        }
+        Vals::I(mut v) if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) => {
+            for x in &mut v {
+                *x = match u {
+                    UnaryOp::Neg => x.wrapping_neg(),
+                    UnaryOp::Abs => x.wrapping_abs(),
+                    _ => (*x).max(0),
+                };
+            }
+            Vals::I(v)
+        }
+        Vals::U(mut v) if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) => {
+            if u == UnaryOp::Neg {
+                for x in &mut v {
+                    *x = x.wrapping_neg();
+                }
+            }
+            Vals::U(v)
+        }
+        Vals::B(v) if u == UnaryOp::Not => Vals::B(v.iter().map(|&x| u8::from(x == 0)).collect()),
+        x => via_f64(&x, |a, _| refew::unary(u, a, dt), dt),
+    }
+}
+
+/// One binary op over two chunks of one compute type; `in_dt` is the inputs' dtype and
+/// `dt` the node's.
+pub(crate) fn binary(op: BinaryOp, x: Vals, y: Vals, in_dt: DType, dt: DType) -> Vals {
+    fn cmp<T: PartialOrd + Copy>(op: BinaryOp, a: &[T], b: &[T]) -> Vals {
+        let f: fn(&T, &T) -> bool = match op {
+            BinaryOp::Eq => |a, b| a == b,
+            BinaryOp::Ne => |a, b| a != b,
+            BinaryOp::Lt => |a, b| a < b,
+            BinaryOp::Le => |a, b| a <= b,
+            BinaryOp::Gt => |a, b| a > b,
+            _ => |a, b| a >= b,
+        };
+        Vals::B(a.iter().zip(b).map(|(a, b)| u8::from(f(a, b))).collect())
+    }
+    if op.is_comparison() {
+        return match (&x, &y) {
+            (Vals::F(a), Vals::F(b)) => cmp(op, a, b),
+            (Vals::I(a), Vals::I(b)) => cmp(op, a, b),
+            (Vals::U(a), Vals::U(b)) => cmp(op, a, b),
+            (Vals::B(a), Vals::B(b)) => cmp(op, a, b),
+            _ => generic_binary(op, &x, &y, in_dt, dt),
+        };
+    }
+    match (x, y) {
+        (Vals::F(mut a), Vals::F(b)) => {
+            let f: fn(f32, f32) -> f32 = match op {
+                BinaryOp::Add => |a, b| a + b,
+                BinaryOp::Sub => |a, b| a - b,
+                BinaryOp::Mul => |a, b| a * b,
+                BinaryOp::Div => |a, b| a / b,
+                BinaryOp::Maximum => |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) },
+                BinaryOp::Minimum => |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) },
+                BinaryOp::Pow => f32::powf,
+                _ => return generic_binary(op, &Vals::F(a), &Vals::F(b), in_dt, dt),
+            };
+            for (a, &b) in a.iter_mut().zip(&b) {
+                *a = f(*a, b);
+            }
+            f16_if(dt, a)
+        }
+        (Vals::I(mut a), Vals::I(b)) if op != BinaryOp::Pow && !matches!(op, BinaryOp::And | BinaryOp::Or) => {
+            let f: fn(i32, i32) -> i32 = match op {
+                BinaryOp::Add => i32::wrapping_add,
+                BinaryOp::Sub => i32::wrapping_sub,
+                BinaryOp::Mul => i32::wrapping_mul,
+                BinaryOp::Div => |a, b| if b == 0 { a } else { a.wrapping_div(b) },
+                BinaryOp::Maximum => |a, b| a.max(b),
+                _ => |a, b| a.min(b),
+            };
+            for (a, &b) in a.iter_mut().zip(&b) {
+                *a = f(*a, b);
+            }
+            Vals::I(a)
+        }
+        (Vals::U(mut a), Vals::U(b)) if op != BinaryOp::Pow && !matches!(op, BinaryOp::And | BinaryOp::Or) => {
+            let f: fn(u32, u32) -> u32 = match op {
+                BinaryOp::Add => u32::wrapping_add,
+                BinaryOp::Sub => u32::wrapping_sub,
+                BinaryOp::Mul => u32::wrapping_mul,
+                BinaryOp::Div => |a, b| if b == 0 { a } else { a / b },
+                BinaryOp::Maximum => |a, b| a.max(b),
+                _ => |a, b| a.min(b),
+            };
+            for (a, &b) in a.iter_mut().zip(&b) {
+                *a = f(*a, b);
+            }
+            Vals::U(a)
+        }
+        (Vals::B(mut a), Vals::B(b)) if matches!(op, BinaryOp::And | BinaryOp::Or) => {
+            for (a, &b) in a.iter_mut().zip(&b) {
+                *a = u8::from(if op == BinaryOp::And { *a != 0 && b != 0 } else { *a != 0 || b != 0 });
+            }
+            Vals::B(a)
+        }
+        (x, y) => generic_binary(op, &x, &y, in_dt, dt),
+    }
+}
+
+fn generic_binary(op: BinaryOp, x: &Vals, y: &Vals, in_dt: DType, dt: DType) -> Vals {
+    via_f64(x, |a, i| refew::binary(op, a, y.get_f64(i), in_dt), dt)
+}
+
+fn select(m: Vals, a: Vals, b: Vals) -> Vals {
+    let Vals::B(m) = m else {
+        return a;
+    };
+    fn go<T: Copy>(m: &[u8], mut a: Vec<T>, b: &[T]) -> Vec<T> {
+        for ((a, &b), &m) in a.iter_mut().zip(b).zip(m) {
+            if m == 0 {
+                *a = b;
+            }
+        }
+        a
+    }
+    match (a, b) {
+        (Vals::F(a), Vals::F(b)) => Vals::F(go(&m, a, &b)),
+        (Vals::I(a), Vals::I(b)) => Vals::I(go(&m, a, &b)),
+        (Vals::U(a), Vals::U(b)) => Vals::U(go(&m, a, &b)),
+        (Vals::B(a), Vals::B(b)) => Vals::B(go(&m, a, &b)),
+        (a, _) => a,
+    }
+}
+
+/// Conversion between dtypes with the reference's rules (floats to integers truncate
+/// and saturate at the largest f32 inside the range, NaN to 0; integers wrap).
+pub(crate) fn cast(x: Vals, from: DType, to: DType) -> Vals {
+    match (x, to) {
+        (Vals::F(v), DType::F32) => Vals::F(v),
+        (Vals::F(v), DType::F16) => f16_if(DType::F16, v),
+        (Vals::F(v), DType::I32) => Vals::I(v.iter().map(|&x| (x as i32).min(2_147_483_520)).collect()),
+        (Vals::F(v), DType::U32) => Vals::U(v.iter().map(|&x| (x as u32).min(4_294_967_040)).collect()),
+        (Vals::F(v), DType::Bool) => Vals::B(v.iter().map(|&x| u8::from(x != 0.0)).collect()),
+        (Vals::I(v), DType::F32 | DType::F16) => f16_if(to, v.iter().map(|&x| x as f32).collect()),
+        (Vals::U(v), DType::F32 | DType::F16) => f16_if(to, v.iter().map(|&x| x as f32).collect()),
+        (Vals::B(v), DType::F32 | DType::F16) => Vals::F(v.iter().map(|&x| x as f32).collect()),
+        (Vals::I(v), DType::I32) => Vals::I(v),
+        (Vals::I(v), DType::U32) => Vals::U(v.iter().map(|&x| x as u32).collect()),
+        (Vals::U(v), DType::I32) => Vals::I(v.iter().map(|&x| x as i32).collect()),
+        (Vals::U(v), DType::U32) => Vals::U(v),
+        (Vals::I(v), DType::Bool) => Vals::B(v.iter().map(|&x| u8::from(x != 0)).collect()),
+        (Vals::U(v), DType::Bool) => Vals::B(v.iter().map(|&x| u8::from(x != 0)).collect()),
+        (Vals::B(v), DType::I32) => Vals::I(v.iter().map(|&x| x as i32).collect()),
+        (Vals::B(v), DType::U32) => Vals::U(v.iter().map(|&x| x as u32).collect()),
+        (Vals::B(v), DType::Bool) => Vals::B(v),
+        (x, to) => via_f64(&x, |a, _| refew::cast(a, from, to), to),
+    }
+}

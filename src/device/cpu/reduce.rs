@@ -1,0 +1,287 @@
+//! Reductions on the CPU: the fused input expression is evaluated in chunks laid out
+//! for the reduced axes. Trailing axes reduce row by row, leading axes accumulate whole
+//! rows of outputs at a time, and any other set gathers each output's elements. Sums
+//! accumulate in the input's compute type (f32 for floats, in several lanes per chunk);
+//! max and min propagate NaN; argmax and argmin return the first extreme, NaN counting
+//! as extreme (the reference's rules).
+
+use super::buffer::{HostBuffer, Vals};
+use super::expr::{strides_of, Idx, Program, CHUNK};
+use super::par;
+use crate::graph::ReduceOp;
+use crate::{DType, Result};
+
+/// A partial reduction: a running value and, for the arg forms, its index.
+#[derive(Clone, Copy, Debug)]
+enum Acc {
+    Empty,
+    F(f32, usize),
+    I(i64, usize),
+}
+
+fn better(op: ReduceOp, v: f64, best: f64) -> bool {
+    match op {
+        ReduceOp::Max | ReduceOp::ArgMax => v > best,
+        _ => v < best,
+    }
+}
+
+/// Fold element `v` (at reduction index `r`) into `acc`.
+#[inline]
+fn fold_f(op: ReduceOp, acc: &mut Acc, v: f32, r: usize) {
+    *acc = match *acc {
+        Acc::Empty => Acc::F(v, r),
+        Acc::F(s, i) => match op {
+            ReduceOp::Sum => Acc::F(s + v, i),
+            _ if s.is_nan() => Acc::F(s, i),
+            _ if v.is_nan() || better(op, v as f64, s as f64) => Acc::F(v, r),
+            _ => Acc::F(s, i),
+        },
+        a => a,
+    };
+}
+
+#[inline]
+fn fold_i(op: ReduceOp, acc: &mut Acc, v: i64, r: usize, wrap: fn(i64) -> i64) {
+    *acc = match *acc {
+        Acc::Empty => Acc::I(v, r),
+        Acc::I(s, i) => match op {
+            ReduceOp::Sum => Acc::I(wrap(s.wrapping_add(v)), i),
+            _ if better(op, v as f64, s as f64) => Acc::I(v, r),
+            _ => Acc::I(s, i),
+        },
+        a => a,
+    };
+}
+
+/// Combine `a` with `b`, whose indices all come after `a`'s.
+fn combine(op: ReduceOp, a: Acc, b: Acc, wrap: fn(i64) -> i64) -> Acc {
+    match (a, b) {
+        (Acc::Empty, x) | (x, Acc::Empty) => x,
+        (Acc::F(_, _), Acc::F(v, r)) => {
+            let mut a = a;
+            if op == ReduceOp::Sum {
+                if let Acc::F(s, i) = a {
+                    return Acc::F(s + v, i);
+                }
+            }
+            fold_f(op, &mut a, v, r);
+            a
+        }
+        (Acc::I(_, _), Acc::I(v, r)) => {
+            let mut a = a;
+            fold_i(op, &mut a, v, r, wrap);
+            a
+        }
+        (a, _) => a,
+    }
+}
+
+/// Sum of a float slice in 8 lanes (vectorisable, and more accurate than one running
+/// sum).
+fn lane_sum(v: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut it = v.chunks_exact(8);
+    for c in &mut it {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l += x;
+        }
+    }
+    let tail: f32 = it.remainder().iter().sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// Fold the values `v[lo..hi]`, which are reduction indices `r0..`, into `acc`.
+fn fold_run(op: ReduceOp, acc: &mut Acc, v: &Vals, lo: usize, hi: usize, r0: usize, wrap: fn(i64) -> i64) {
+    match v {
+        Vals::F(x) if op == ReduceOp::Sum => {
+            let s = lane_sum(&x[lo..hi]);
+            *acc = combine(op, *acc, Acc::F(s, r0), wrap);
+        }
+        Vals::F(x) => {
+            for (j, &e) in x[lo..hi].iter().enumerate() {
+                fold_f(op, acc, e, r0 + j);
+            }
+        }
+        Vals::I(x) => x[lo..hi].iter().enumerate().for_each(|(j, &e)| fold_i(op, acc, e as i64, r0 + j, wrap)),
+        Vals::U(x) => x[lo..hi].iter().enumerate().for_each(|(j, &e)| fold_i(op, acc, e as i64, r0 + j, wrap)),
+        Vals::B(x) => x[lo..hi].iter().enumerate().for_each(|(j, &e)| fold_i(op, acc, e as i64, r0 + j, wrap)),
+    }
+}
+
+/// Fold element `p` of `v` (reduction index `r`) into `acc`.
+#[inline]
+fn fold_one(op: ReduceOp, acc: &mut Acc, v: &Vals, p: usize, r: usize, wrap: fn(i64) -> i64) {
+    match v {
+        Vals::F(x) => fold_f(op, acc, x[p], r),
+        Vals::I(x) => fold_i(op, acc, x[p] as i64, r, wrap),
+        Vals::U(x) => fold_i(op, acc, x[p] as i64, r, wrap),
+        Vals::B(x) => fold_i(op, acc, x[p] as i64, r, wrap),
+    }
+}
+
+/// The reduced value of an accumulator, exact, before rounding to the output dtype.
+fn finish(op: ReduceOp, a: Acc) -> f64 {
+    match (op, a) {
+        (ReduceOp::ArgMax | ReduceOp::ArgMin, Acc::F(_, i) | Acc::I(_, i)) => i as f64,
+        (ReduceOp::ArgMax | ReduceOp::ArgMin, Acc::Empty) => 0.0,
+        (ReduceOp::Sum, Acc::Empty) => 0.0,
+        (_, Acc::Empty) => f64::NAN,
+        (_, Acc::F(v, _)) => v as f64,
+        (_, Acc::I(v, _)) => v as f64,
+    }
+}
+
+/// Reduce `prog` (the input expression, of dims `xd`) over `axes` into a buffer of
+/// `out_dt` with the reduced axes kept as size 1.
+pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize], out_dt: DType) -> Result<HostBuffer> {
+    let wrap: fn(i64) -> i64 = match prog.dtype() {
+        DType::U32 => |v| v as u32 as i64,
+        _ => |v| v as i32 as i64,
+    };
+    let n_out: usize = xd.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).product();
+    let len: usize = axes.iter().map(|&a| xd[a]).product();
+    // Axes of size one do not matter for the layout.
+    let red: Vec<usize> = (0..xd.len()).filter(|d| axes.contains(d) && xd[*d] > 1).collect();
+    let kept: Vec<usize> = (0..xd.len()).filter(|d| !axes.contains(d) && xd[*d] > 1).collect();
+    let suffix = red.iter().all(|r| kept.iter().all(|k| k < r));
+    let prefix = red.iter().all(|r| kept.iter().all(|k| k > r));
+    let accs: Vec<Acc> = if n_out == 0 {
+        Vec::new()
+    } else if len == 0 {
+        vec![Acc::Empty; n_out]
+    } else if suffix {
+        rows(prog, op, n_out, len, wrap)?
+    } else if prefix {
+        columns(prog, op, n_out, len, wrap)?
+    } else {
+        gathered(prog, op, xd, &red, &kept, n_out, len, wrap)?
+    };
+    let vals: Vec<f64> = accs.into_iter().map(|a| out_dt.round(finish(op, a))).collect();
+    Ok(HostBuffer::from_f64(out_dt, &vals))
+}
+
+/// Outputs of `len` consecutive input elements each.
+fn rows(prog: &Program, op: ReduceOp, n_out: usize, len: usize, wrap: fn(i64) -> i64) -> Result<Vec<Acc>> {
+    if len <= CHUNK {
+        // Blocks of whole rows per chunk.
+        let per = (CHUNK / len).max(1);
+        let blocks = n_out.div_ceil(per);
+        let parts = par::map(blocks, par::worth(n_out * len), |b| {
+            let (r0, r1) = (b * per, ((b + 1) * per).min(n_out));
+            let v = prog.eval(Idx::Range(r0 * len, (r1 - r0) * len))?;
+            Ok((r0..r1)
+                .map(|r| {
+                    let mut a = Acc::Empty;
+                    let lo = (r - r0) * len;
+                    fold_run(op, &mut a, &v, lo, lo + len, 0, wrap);
+                    a
+                })
+                .collect::<Vec<_>>())
+        })?;
+        return Ok(parts.into_iter().flatten().collect());
+    }
+    let pieces = len.div_ceil(CHUNK);
+    let reduce_row = |r: usize, parallel: bool| -> Result<Acc> {
+        let parts = par::map(pieces, parallel, |c| {
+            let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(len));
+            let v = prog.eval(Idx::Range(r * len + lo, hi - lo))?;
+            let mut a = Acc::Empty;
+            fold_run(op, &mut a, &v, 0, hi - lo, lo, wrap);
+            Ok(a)
+        })?;
+        Ok(parts.into_iter().fold(Acc::Empty, |a, b| combine(op, a, b, wrap)))
+    };
+    if n_out >= 2 * par::threads() {
+        par::map(n_out, par::worth(n_out * len), |r| reduce_row(r, false))
+    } else {
+        (0..n_out).map(|r| reduce_row(r, par::worth(len))).collect()
+    }
+}
+
+/// Outputs `j` summing input elements `k * n_out + j` over `k` (leading axes reduced).
+fn columns(prog: &Program, op: ReduceOp, n_out: usize, len: usize, wrap: fn(i64) -> i64) -> Result<Vec<Acc>> {
+    if n_out >= CHUNK / 4 {
+        // Column blocks: each block of outputs walks down the reduced rows.
+        let blocks = n_out.div_ceil(CHUNK);
+        let parts = par::map(blocks, par::worth(n_out * len), |b| {
+            let (j0, j1) = (b * CHUNK, ((b + 1) * CHUNK).min(n_out));
+            let mut accs = vec![Acc::Empty; j1 - j0];
+            for k in 0..len {
+                let v = prog.eval(Idx::Range(k * n_out + j0, j1 - j0))?;
+                for (p, a) in accs.iter_mut().enumerate() {
+                    fold_one(op, a, &v, p, k, wrap);
+                }
+            }
+            Ok(accs)
+        })?;
+        return Ok(parts.into_iter().flatten().collect());
+    }
+    // Few outputs: blocks of whole input rows, combined in order.
+    let per = (CHUNK / n_out).max(1);
+    let blocks = len.div_ceil(per);
+    let parts = par::map(blocks, par::worth(n_out * len), |b| {
+        let (k0, k1) = (b * per, ((b + 1) * per).min(len));
+        let v = prog.eval(Idx::Range(k0 * n_out, (k1 - k0) * n_out))?;
+        let mut accs = vec![Acc::Empty; n_out];
+        for k in k0..k1 {
+            for (j, a) in accs.iter_mut().enumerate() {
+                fold_one(op, a, &v, (k - k0) * n_out + j, k, wrap);
+            }
+        }
+        Ok(accs)
+    })?;
+    let mut out = vec![Acc::Empty; n_out];
+    for p in parts {
+        for (o, a) in out.iter_mut().zip(p) {
+            *o = combine(op, *o, a, wrap);
+        }
+    }
+    Ok(out)
+}
+
+/// Any other axis set: each output's elements gathered by offset.
+#[allow(clippy::too_many_arguments)]
+fn gathered(
+    prog: &Program,
+    op: ReduceOp,
+    xd: &[usize],
+    red: &[usize],
+    kept: &[usize],
+    n_out: usize,
+    len: usize,
+    wrap: fn(i64) -> i64,
+) -> Result<Vec<Acc>> {
+    let xs = strides_of(xd);
+    let offsets_of = |axes: &[usize], count: usize| -> Vec<usize> {
+        let dims: Vec<usize> = axes.iter().map(|&a| xd[a]).collect();
+        let mut c = vec![0; axes.len()];
+        (0..count)
+            .map(|i| {
+                crate::shape::unravel(i, &dims, &mut c);
+                axes.iter().zip(&c).map(|(&a, &ci)| ci * xs[a]).sum()
+            })
+            .collect()
+    };
+    let base = offsets_of(kept, n_out);
+    let off = offsets_of(red, len);
+    let per = (CHUNK / len).max(1);
+    let blocks = n_out.div_ceil(per);
+    let parts = par::map(blocks, par::worth(n_out * len), |b| {
+        let (o0, o1) = (b * per, ((b + 1) * per).min(n_out));
+        let mut accs = vec![Acc::Empty; o1 - o0];
+        for (c0, c1) in (0..len).step_by(CHUNK).map(|c| (c, (c + CHUNK).min(len))) {
+            let (base, off) = (&base, &off);
+            let idx: Vec<usize> = (o0..o1).flat_map(|o| off[c0..c1].iter().map(move |&r| base[o] + r)).collect();
+            let v = prog.eval(Idx::List(idx))?;
+            for (i, a) in accs.iter_mut().enumerate() {
+                let lo = i * (c1 - c0);
+                let mut part = Acc::Empty;
+                fold_run(op, &mut part, &v, lo, lo + c1 - c0, c0, wrap);
+                *a = combine(op, *a, part, wrap);
+            }
+        }
+        Ok(accs)
+    })?;
+    Ok(parts.into_iter().flatten().collect())
+}

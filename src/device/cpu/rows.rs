@@ -1,0 +1,253 @@
+//! Row kernels on the CPU, each its own loop over rows in parallel: softmax and
+//! log-softmax along any axis, layer and RMS norm over the last axis (with the affine),
+//! and attention (`softmax(q k^T / sqrt(D) + bias) v`, causal or not) per batch and head.
+
+use super::buffer::{round_f16, HostBuffer};
+use super::par;
+use crate::{DType, Result};
+use std::borrow::Cow;
+
+fn values(b: &HostBuffer) -> Cow<'_, [f32]> {
+    match b.as_f32() {
+        Some(v) => Cow::Borrowed(v),
+        None => Cow::Owned(b.to_f32()),
+    }
+}
+
+/// Rows of a softmax over `dims` along `axis`: f(row) gets the row's element indices.
+fn max_nan(x: impl Iterator<Item = f32>) -> f32 {
+    x.fold(f32::NEG_INFINITY, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) })
+}
+
+/// Softmax (or log-softmax) of `x` (shape `dims`) along `axis`, in f32.
+pub(crate) fn softmax(x: &HostBuffer, dims: &[usize], axis: usize, log: bool) -> Result<HostBuffer> {
+    let x = values(x);
+    let a = dims[axis];
+    let inner: usize = dims[axis + 1..].iter().product();
+    let mut out = vec![0.0f32; x.len()];
+    if a == 0 || x.is_empty() {
+        return Ok(HostBuffer::F32(out));
+    }
+    let row = |src: &[f32], dst: &mut [f32]| {
+        let top = max_nan(src.iter().copied());
+        let mut total = 0.0f32;
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = (s - top).exp();
+            total += *d;
+        }
+        if log {
+            let lt = total.ln();
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = s - top - lt;
+            }
+        } else {
+            let r = 1.0 / total;
+            for d in dst.iter_mut() {
+                *d *= r;
+            }
+        }
+    };
+    if inner == 1 {
+        // Contiguous rows.
+        let rows_per = (super::expr::CHUNK / a).max(1) * a;
+        par::chunks(&mut out, rows_per, |s, o| {
+            let n = o.len();
+            for (dst, src) in o.chunks_mut(a).zip(x[s..s + n].chunks(a)) {
+                row(src, dst);
+            }
+            Ok(())
+        })?;
+    } else {
+        // Strided rows: gather each into a scratch row (per outer block).
+        par::chunks(&mut out, a * inner, |s, o| {
+            let mut src = vec![0.0f32; a];
+            let mut dst = vec![0.0f32; a];
+            for i in 0..inner {
+                for j in 0..a {
+                    src[j] = x[s + j * inner + i];
+                }
+                row(&src, &mut dst);
+                for j in 0..a {
+                    o[j * inner + i] = dst[j];
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(HostBuffer::F32(out))
+}
+
+/// Layer (or RMS) norm of `x` over its last axis `d`, times `w`, plus `b`, in f32.
+pub(crate) fn norm(
+    x: &HostBuffer,
+    d: usize,
+    rms: bool,
+    eps: f64,
+    w: Option<&HostBuffer>,
+    b: Option<&HostBuffer>,
+) -> Result<HostBuffer> {
+    let x = values(x);
+    let w = w.map(values);
+    let b = b.map(values);
+    let mut out = vec![0.0f32; x.len()];
+    if d == 0 {
+        return Ok(HostBuffer::F32(out));
+    }
+    let rows_per = (super::expr::CHUNK / d).max(1) * d;
+    let eps = eps as f32;
+    par::chunks(&mut out, rows_per, |s, o| {
+        let n = o.len();
+        for (dst, src) in o.chunks_mut(d).zip(x[s..s + n].chunks(d)) {
+            let mean = if rms { 0.0 } else { src.iter().sum::<f32>() / d as f32 };
+            let var = src.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+            let rstd = 1.0 / (var + eps).sqrt();
+            for (j, (o, &v)) in dst.iter_mut().zip(src).enumerate() {
+                let mut y = (v - mean) * rstd;
+                if let Some(w) = &w {
+                    y *= w[j];
+                }
+                if let Some(b) = &b {
+                    y += b[j];
+                }
+                *o = y;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(HostBuffer::F32(out))
+}
+
+/// Attention over q `[.., T, D]`, k and v `[.., S, D]`, an optional f32 bias (dims of
+/// the same rank, broadcastable to `[.., T, S]`), causal or not; the result in
+/// `out_dt` (v's dtype).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    q: &HostBuffer,
+    k: &HostBuffer,
+    v: &HostBuffer,
+    bias: Option<(&HostBuffer, &[usize])>,
+    causal: bool,
+    out_dims: &[usize],
+    s: usize,
+    out_dt: DType,
+) -> Result<HostBuffer> {
+    let (q, k, v) = (values(q), values(k), values(v));
+    let r = out_dims.len();
+    let (t, d) = (out_dims[r - 2], out_dims[r - 1]);
+    let lead = &out_dims[..r - 2];
+    let heads: usize = lead.iter().product();
+    let masked = crate::ops::nn::MASKED as f32;
+    let scale = 1.0 / (d as f32).sqrt();
+    let bias = bias.map(|(b, bd)| {
+        let mut st = vec![0; r];
+        let mut acc = 1;
+        for a in (0..r).rev() {
+            st[a] = if bd[a] == 1 { 0 } else { acc };
+            acc *= bd[a];
+        }
+        (values(b), st)
+    });
+    let mut out = vec![0.0f32; heads * t * d];
+    if t == 0 || d == 0 {
+        return Ok(HostBuffer::F32(out));
+    }
+    par::chunks(&mut out, t * d, |o0, o| {
+        let h = o0 / (t * d);
+        let (qh, kh, vh) =
+            (&q[h * t * d..(h + 1) * t * d], &k[h * s * d..(h + 1) * s * d], &v[h * s * d..(h + 1) * s * d]);
+        // Scores for this head: q k^T (one product), then bias, mask, softmax, @ v.
+        let mut scores = vec![0.0f32; t * s];
+        if s > 0 {
+            // SAFETY: the slices cover t x d, s x d and t x s row-major matrices.
+            unsafe {
+                gemm::gemm(
+                    t,
+                    s,
+                    d,
+                    scores.as_mut_ptr(),
+                    1,
+                    s as isize,
+                    false,
+                    qh.as_ptr(),
+                    1,
+                    d as isize,
+                    kh.as_ptr(),
+                    d as isize,
+                    1,
+                    0.0f32,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+        let boff = bias.as_ref().map(|(_, st)| {
+            let (mut rem, mut off) = (h, 0);
+            for a in (0..lead.len()).rev() {
+                off += (rem % lead[a]) * st[a];
+                rem /= lead[a];
+            }
+            off
+        });
+        for i in 0..t {
+            let row = &mut scores[i * s..(i + 1) * s];
+            if let (Some((bv, st)), Some(off)) = (&bias, boff) {
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x += bv[off + i * st[r - 2] + j * st[r - 1]];
+                }
+            }
+            if causal {
+                for (j, x) in row.iter_mut().enumerate() {
+                    if (j as i64) > i as i64 + s as i64 - t as i64 {
+                        *x = masked;
+                    }
+                }
+            }
+            let top = max_nan(row.iter().copied());
+            let mut total = 0.0;
+            for x in row.iter_mut() {
+                *x = (*x - top).exp();
+                total += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= total;
+            }
+        }
+        if s > 0 {
+            // SAFETY: t x s probabilities times s x d values into the t x d block.
+            unsafe {
+                gemm::gemm(
+                    t,
+                    d,
+                    s,
+                    o.as_mut_ptr(),
+                    1,
+                    d as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    s as isize,
+                    vh.as_ptr(),
+                    1,
+                    d as isize,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+        Ok(())
+    })?;
+    if out_dt == DType::F16 {
+        round_f16(&mut out);
+        let mut h = vec![half::f16::ZERO; out.len()];
+        half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut h[..], &out);
+        return Ok(HostBuffer::F16(h));
+    }
+    Ok(HostBuffer::F32(out))
+}
