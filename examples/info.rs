@@ -1,5 +1,7 @@
-//! Lists every adapter wgpu offers, with its backend, features and limits, then runs a
-//! small self-check on each (a few ops against the CPU reference) and prints PASS/FAIL.
+//! Says which device `Device::new()` picks here and why, lists every adapter wgpu
+//! offers with its backend, features and limits, then runs a small self-check (a few
+//! ops against the f64 reference) on the CPU backend and on each adapter, and prints
+//! PASS/FAIL.
 //!
 //! `cargo run --release --example info`
 
@@ -26,7 +28,7 @@ fn self_check(d: &Device) -> Vec<(&'static str, Vec<Tensor>)> {
 }
 
 fn compare(d: &Device) -> Result<usize, String> {
-    let cpu = Device::cpu();
+    let cpu = Device::reference();
     let mut checked = 0;
     for ((name, got), (_, want)) in self_check(d).into_iter().zip(self_check(&cpu)) {
         let g = tessera::read_all_blocking(&got).map_err(|e| format!("{name}: {e}"))?;
@@ -51,12 +53,31 @@ fn compare(d: &Device) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let adapters = Device::list();
-    if adapters.is_empty() {
-        eprintln!("error: {}", tessera::Error::NoAdapter("wgpu found no adapter. On Linux without a GPU install Mesa's lavapipe: apt-get install mesa-vulkan-drivers libvulkan1".into()));
-        return ExitCode::FAILURE;
-    }
-    println!("Tessera {} — {} adapter(s)\n", env!("CARGO_PKG_VERSION"), adapters.len());
+    println!("Tessera {} — {} wgpu adapter(s)\n", env!("CARGO_PKG_VERSION"), adapters.len());
     let mut all_pass = true;
+    match Device::new() {
+        Ok(d) => println!("Device::new() picks {} ({}): {}\n", d.info().name, d.info().backend, d.info().placement),
+        Err(e) => {
+            all_pass = false;
+            println!("Device::new() fails: {e}\n");
+        }
+    }
+    let t0 = Instant::now();
+    let cpu = Device::cpu();
+    println!("[cpu] {}", cpu.info().name);
+    match compare(&cpu) {
+        Ok(n) => println!("    self-check   PASS  ({n} values, {:.0} ms)\n", t0.elapsed().as_secs_f64() * 1e3),
+        Err(e) => {
+            all_pass = false;
+            println!("    self-check   FAIL  ({e})\n");
+        }
+    }
+    if adapters.is_empty() {
+        println!(
+            "No GPU adapter: the CPU backend runs everything. On Linux, Mesa's lavapipe gives a software one \
+             (apt-get install mesa-vulkan-drivers libvulkan1).\n"
+        );
+    }
     for a in &adapters {
         let c = &a.capabilities;
         println!("[{}] {}", a.index, a.name);

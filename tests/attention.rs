@@ -3,7 +3,7 @@
 //! against the unfused composition, over head dims, masks, causal and f16.
 
 mod common;
-use common::{assert_close, gpu_devices, label, rand_t, Tol};
+use common::{assert_close, devices, label, rand_t, Tol};
 use tessera::{DType, Device, Tensor};
 
 /// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
@@ -53,7 +53,7 @@ fn fused_attention_matches_the_reference() {
                 continue;
             }
             let want = tessera::read_all_blocking(&build(&cpu, case, dt, 10 * n as u64)).unwrap();
-            for dev in gpu_devices() {
+            for dev in &devices() {
                 if dev.info().backend == "Gl" && (n >= 2 || dt == DType::F16) {
                     continue;
                 }

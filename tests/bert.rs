@@ -1,7 +1,8 @@
 //! all-MiniLM-L6-v2 against an independent float64 implementation
-//! (`tests/fixtures/minilm_reference.json`): token ids exactly, embeddings to 1e-4 max
-//! abs and cosine ≥ 0.9999 in f32. Needs the model (`scripts/fetch_minilm.sh`); without
-//! it the test is skipped unless `TESSERA_REQUIRE_MODEL=1`.
+//! (`tests/fixtures/minilm_reference.json`): token ids exactly, embeddings within 5e-7
+//! max abs (cosine ≥ 0.999999) in f32 on the CPU backend, the first GPU and the
+//! reference. Needs the model (`scripts/fetch_minilm.sh`); without it the tests fail
+//! unless `TESSERA_ALLOW_NO_MODEL=1`.
 
 mod common;
 use common::model_dir;
@@ -26,7 +27,8 @@ fn minilm_matches_the_float64_reference() {
     let fx = fixture();
     let sentences = fx["sentences"].as_array().unwrap();
     let texts: Vec<&str> = sentences.iter().map(|s| s["text"].as_str().unwrap()).collect();
-    let mut devices: Vec<Device> = common::gpu_devices().iter().take(1).cloned().collect();
+    // The CPU backend, the first GPU and the reference.
+    let mut devices: Vec<Device> = common::devices().into_iter().take(2).collect();
     devices.push(Device::reference());
     for d in devices {
         let emb = SentenceEmbedder::load(&dir, &d).unwrap();
@@ -45,8 +47,8 @@ fn minilm_matches_the_float64_reference() {
             let max_abs = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             let cos = cosine(&got, &want);
             eprintln!("{d}: {:?}: max abs {max_abs:.2e}, cosine {cos:.8}", s["text"]);
-            assert!(max_abs <= 1e-4, "{d}: max abs diff {max_abs} for {:?}", s["text"]);
-            assert!(cos >= 0.9999, "{d}: cosine {cos} for {:?}", s["text"]);
+            assert!(max_abs <= 5e-7, "{d}: max abs diff {max_abs} for {:?}", s["text"]);
+            assert!(cos >= 0.999999, "{d}: cosine {cos} for {:?}", s["text"]);
         }
         // The similarity matrix, too.
         let m = fx["cosine_matrix"].as_array().unwrap();
@@ -55,7 +57,7 @@ fn minilm_matches_the_float64_reference() {
                 let a: Vec<f64> = out[i].iter().map(|&x| x as f64).collect();
                 let b: Vec<f64> = out[j].iter().map(|&x| x as f64).collect();
                 let want = m[i][j].as_f64().unwrap();
-                assert!((cosine(&a, &b) - want).abs() < 1e-4, "{d}: similarity [{i}][{j}]");
+                assert!((cosine(&a, &b) - want).abs() < 1e-6, "{d}: similarity [{i}][{j}]");
             }
         }
     }
@@ -77,7 +79,7 @@ fn memory_estimate_is_reported_before_loading() {
 fn memory_over_the_limits_is_refused_before_loading() {
     let cfg = tessera::models::bert::BertConfig::from_json(include_str!("fixtures/minilm_config.json")).unwrap();
     let d = Device::reference();
-    let gpu = common::gpu_devices().first().cloned().unwrap_or_else(Device::reference);
+    let gpu = common::first_device();
     assert!(check_memory_within(&cfg, 8, 128, DType::F32, &gpu, None).is_ok());
     // Attention scores of 512 × 12 × 512 × 512 floats exceed a 128 MiB binding.
     if !gpu.is_cpu() {
@@ -91,7 +93,7 @@ fn memory_over_the_limits_is_refused_before_loading() {
 #[test]
 fn quantised_models_save_and_reload_exactly() {
     let Some(dir) = model_dir() else { return };
-    let d = common::gpu_devices().first().cloned().unwrap_or_else(Device::reference);
+    let d = common::first_device();
     let texts = ["The cat sits outside.", "A man is playing a guitar."];
     let reference = SentenceEmbedder::load(&dir, &d).unwrap().embed_blocking(&texts).unwrap();
     let tmp = tempfile::tempdir().unwrap();

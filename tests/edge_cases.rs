@@ -4,9 +4,10 @@
 mod common;
 use tessera::{DType, Device, Tensor};
 
+/// The reference, the CPU backend and every GPU device under test.
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::reference()];
-    v.extend(common::gpu_devices().iter().cloned());
+    v.extend(common::devices());
     v
 }
 

@@ -2,13 +2,12 @@
 //! `file:line`, on every device, and never a panic.
 
 mod common;
-use common::gpu_devices;
 use tessera::{DType, Device, Error, Tensor};
 
-/// The CPU reference and every GPU device under test.
+/// The reference, the CPU backend and every GPU device under test.
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::reference()];
-    v.extend(gpu_devices().iter().cloned());
+    v.extend(common::devices());
     v
 }
 
@@ -177,11 +176,11 @@ fn other_bad_arguments_are_errors() {
 
 #[test]
 fn mixing_devices_is_an_error() {
-    if let Some(g) = gpu_devices().first() {
-        let a = Tensor::ones([2], DType::F32, g);
-        let b = Tensor::ones([2], DType::F32, &Device::reference());
-        let e = expect_err(&(&a + &b));
-        assert!(matches!(e, Error::DeviceMismatch { op: "add", .. }), "{e}");
+    let devs = devices();
+    for (i, a) in devs.iter().enumerate() {
+        let b = &devs[(i + 1) % devs.len()];
+        let e = expect_err(&(&Tensor::ones([2], DType::F32, a) + &Tensor::ones([2], DType::F32, b)));
+        assert!(matches!(e, Error::DeviceMismatch { op: "add", .. }), "{} + {}: {e}", a.info().name, b.info().name);
     }
 }
 

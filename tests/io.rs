@@ -9,7 +9,7 @@ use tessera::io::safetensors as st;
 use tessera::{DType, Device, Error, Tensor};
 
 fn dev() -> Device {
-    common::gpu_devices().first().cloned().unwrap_or_else(Device::reference)
+    common::first_device()
 }
 
 #[test]

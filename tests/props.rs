@@ -3,7 +3,7 @@
 //! random products and convolutions on every matmul kernel family.
 
 mod common;
-use common::{assert_close, gpu_devices, rand_t, Tol};
+use common::{assert_close, devices, rand_t, Tol};
 use proptest::prelude::*;
 use tessera::shape::broadcast_shapes;
 use tessera::{DType, Device, Tensor};
@@ -98,7 +98,7 @@ proptest! {
         };
         let (want_t, len) = build(&Device::reference());
         let want = tessera::read_all_blocking(&want_t).unwrap();
-        for d in gpu_devices() {
+        for d in &devices() {
             let got = tessera::read_all_blocking(&build(d).0).unwrap();
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("output {k} on {}", common::label(d)), g, w, Tol::for_dtype(DType::F32).scaled(len));
@@ -107,20 +107,22 @@ proptest! {
     }
 }
 
-/// One device per matmul kernel family on the first adapter: direct, tiled, tiled-vec4.
+/// The CPU backend, then one device per matmul kernel family on the first adapter:
+/// direct, tiled, tiled-vec4. A kernel configuration that fails to open fails the test.
 fn matmul_devices() -> &'static [Device] {
     use tessera::device::autotune::MatmulConfig;
     static DEVICES: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
     DEVICES.get_or_init(|| {
-        let Some(first) = Device::list().into_iter().next() else { return Vec::new() };
-        [(true, 8, 4, false), (false, 4, 4, false), (false, 4, 4, true)]
-            .into_iter()
-            .filter_map(|(direct, tm, tn, vec4)| {
-                let matmul = Some(MatmulConfig { direct, tm, tn, vec4 });
-                let opts = tessera::DeviceOptions { adapter_index: Some(first.index), matmul, ..Default::default() };
-                Device::with_options(opts).ok()
-            })
-            .collect()
+        let mut out = vec![Device::cpu()];
+        // Fails without an adapter unless TESSERA_ALLOW_NO_GPU=1 (then only the CPU).
+        let Some(first) = common::private_gpu(Default::default()) else { return out };
+        let index = Device::list().into_iter().position(|a| a.name == first.info().name);
+        for (direct, tm, tn, vec4) in [(true, 8, 4, false), (false, 4, 4, false), (false, 4, 4, true)] {
+            let matmul = Some(MatmulConfig { direct, tm, tn, vec4 });
+            let opts = tessera::DeviceOptions { adapter_index: index, matmul, ..Default::default() };
+            out.push(Device::with_options(opts).unwrap_or_else(|e| panic!("matmul {matmul:?} does not open: {e}")));
+        }
+        out
     })
 }
 

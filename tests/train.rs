@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, data, gpu_devices, label, Tol};
+use common::{assert_close, data, devices, label, Tol};
 use std::collections::BTreeMap;
 use tessera::nn::{loss, Activation, BatchNorm2d, Dropout, Layer, Linear, Module, Sequential};
 use tessera::optim::{self, Adam, GradScaler, LrSchedule, Optimizer, Schedule, Sgd, StepOptions};
@@ -64,13 +64,17 @@ fn a_training_step_is_one_submit_and_the_loss_falls() {
     let mut want_opt = Adam::new(0.05);
     let want_losses = train(&cpu, &mut want_model, &mut want_opt, 0..3);
     let want = params(&mut want_model);
-    for dev in gpu_devices() {
+    // devices() always holds the CPU backend, so the loss is checked on every machine.
+    for dev in &devices() {
         let mut model = mlp(dev);
         let mut opt = Adam::new(0.05);
         let before = dev.stats();
         let losses = train(dev, &mut model, &mut opt, 0..3);
         let after = dev.stats();
-        assert_eq!(after.submits - before.submits, 3, "one submit per step on {}", label(dev));
+        // One realisation per step: one submit on a GPU, none on the CPU backend.
+        assert_eq!(after.realizations - before.realizations, 3, "one realisation per step on {}", label(dev));
+        let submits = if dev.is_cpu() { 0 } else { 3 };
+        assert_eq!(after.submits - before.submits, submits, "one submit per step on {}", label(dev));
         assert_close(&format!("losses on {}", label(dev)), &losses, &want_losses, Tol { atol: 1e-4, rtol: 1e-4 });
         let got = params(&mut model);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -173,7 +177,7 @@ fn schedules_clipping_and_loss_scaling() {
 
     // Inputs so large that the scaled gradients overflow f32: the step is skipped,
     // nothing changes, and the scale halves.
-    for dev in std::iter::once(Device::reference()).chain(gpu_devices().iter().cloned()) {
+    for dev in std::iter::once(Device::reference()).chain(devices()) {
         let mut model = mlp(&dev);
         let mut opt = Adam::new(0.1);
         let before = params(&mut model);
@@ -234,7 +238,7 @@ fn module_state_names_and_modes() {
 }
 
 fn device() -> Device {
-    gpu_devices().first().cloned().unwrap_or_else(Device::reference)
+    common::first_device()
 }
 
 #[test]
@@ -312,7 +316,7 @@ fn a_corrupted_checkpoint_is_refused_and_nothing_changes() {
 #[test]
 fn mixed_precision_trains_with_f32_master_weights() {
     let _s = serial();
-    for dev in gpu_devices() {
+    for dev in &devices() {
         let mut model = Sequential::new()
             .add(Linear { compute_dtype: DType::F16, ..Linear::new(8, 16, true, 1, dev) })
             .add(Activation::Relu)

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_close, gpu_devices, label, model_dir, Tol};
+use common::{assert_close, devices, label, model_dir, Tol};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use tessera::{quant, DType, Device, Tensor};
@@ -340,7 +340,7 @@ fn op_fixtures_are_current_and_hold_on_every_adapter() {
             "atol": case.tol.atol,
             "rtol": case.tol.rtol,
         }));
-        for dev in gpu_devices() {
+        for dev in &devices() {
             let (inputs, _) = build(&case, dev);
             let got = (case.run)(&inputs).to_f64_vec_blocking().unwrap_or_else(|e| panic!("{}: {e}", case.name));
             assert_close(&format!("{} on {}", case.name, label(dev)), &got, &expected, case.tol);
@@ -389,7 +389,7 @@ fn embedding_fixture_matches_native() {
     let texts: Vec<String> =
         reference["sentences"].as_array().unwrap().iter().map(|s| s["text"].as_str().unwrap().to_string()).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let dev = gpu_devices().first().cloned().unwrap_or_else(Device::reference);
+    let dev = common::first_device();
     let embedder = tessera::models::bert::SentenceEmbedder::load(&dir, &dev).unwrap();
     let got = embedder.embed_blocking(&refs).unwrap();
     let ids = embedder.tokenize(&refs).unwrap();
