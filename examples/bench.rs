@@ -48,9 +48,20 @@ struct Args {
     /// ignores the cache).
     #[arg(long)]
     no_tune: bool,
-    /// Print the top kernels by GPU time after the table (needs timestamp queries).
+    /// Print the top kernels by time after the table (GPU timestamp queries, or the
+    /// CPU backend's own clock).
     #[arg(long)]
     top: bool,
+    /// The devices to run every case on, in one run: `auto` (what `Device::new()`
+    /// picks), `cpu`, `gpu` (the best wgpu adapter, software or not), or part of an
+    /// adapter's name. With several, a table of speed ratios to the first follows.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    devices: Vec<String>,
+    /// Also time numpy's matmul (the machine's BLAS) at the square sizes, with this
+    /// Python (`scripts/setup_python.sh` makes `.venv`); `auto` looks for
+    /// `.venv/bin/python`.
+    #[arg(long)]
+    blas: Option<String>,
     /// Internal: run one training step of this model in a fresh process and print the
     /// milliseconds from process start (the child of `*-train`'s `cold_ms`).
     #[arg(long, hide = true)]
@@ -60,11 +71,16 @@ struct Args {
 struct Rows {
     json: bool,
     printed: usize,
+    /// Every row so far, for the ratio table.
+    all: Vec<Row>,
+    /// The device of the rows being pushed.
+    device: String,
 }
 
 impl Rows {
     /// Record a row and print it at once (long cases should not hide earlier results).
-    fn push(&mut self, r: Row) {
+    fn push(&mut self, mut r: Row) {
+        r.device = self.device.clone();
         if self.json {
             let rate_key = match r.unit {
                 "GFLOP/s" => "gflops",
@@ -73,7 +89,7 @@ impl Rows {
                 _ => "sentences_per_s",
             };
             println!("{}", {
-                let mut v = serde_json::json!({ "case": r.case, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate });
+                let mut v = serde_json::json!({ "case": r.case, "device": r.device, "dtype": r.dtype, "shape": r.shape, "median_ms": r.median_ms, "cold_ms": r.cold_ms, rate_key: r.rate });
                 if let (Some(obj), Some(extra)) = (v.as_object_mut(), r.extra.as_ref().and_then(|e| e.as_object())) {
                     obj.extend(extra.clone());
                 }
@@ -92,11 +108,35 @@ impl Rows {
             );
         }
         self.printed += 1;
+        self.all.push(r);
+    }
+
+    /// Speed of each device relative to the first, per case present on both.
+    fn ratios(&self, devices: &[String]) {
+        if devices.len() < 2 {
+            return;
+        }
+        println!("\nspeed relative to {} (same run):", devices[0]);
+        for r in self.all.iter().filter(|r| r.device == devices[0]) {
+            let mut line = format!("{:<14} {:<5} {:<24}", r.case, r.dtype, r.shape);
+            for other in &devices[1..] {
+                let o = self
+                    .all
+                    .iter()
+                    .find(|o| &o.device == other && o.case == r.case && o.dtype == r.dtype && o.shape == r.shape);
+                if let Some(o) = o {
+                    line += &format!("  {other}: {:.2}x", o.rate / r.rate);
+                }
+            }
+            println!("{line}");
+        }
     }
 }
 
 struct Row {
     case: &'static str,
+    /// The device's short name (set by `Rows::push`).
+    device: String,
     dtype: String,
     shape: String,
     median_ms: f64,
@@ -321,21 +361,61 @@ fn run() -> tessera::Result<()> {
             Err(e) => eprintln!("autotune skipped: {e}"),
         }
     }
-    let d = Device::new()?;
+    let devices = args
+        .devices
+        .iter()
+        .map(|name| match name.as_str() {
+            "auto" => Device::new(),
+            other => Device::with_options(tessera::DeviceOptions {
+                adapter: Some(other.into()),
+                ..tessera::DeviceOptions::from_env()
+            }),
+        })
+        .collect::<tessera::Result<Vec<Device>>>()?;
     if args.top {
         tessera::profile::start();
     }
-    let mut rows = Rows { json: args.json, printed: 0 };
-    if !args.json {
-        println!("Tessera bench on {d}\n");
+    let mut rows = Rows { json: args.json, printed: 0, all: Vec::new(), device: String::new() };
+    for (d, name) in devices.iter().zip(&args.devices) {
+        rows.device = name.clone();
+        if !args.json {
+            println!(
+                "Tessera bench on {d} ({}){}\n",
+                d.info().placement,
+                if args.devices.len() > 1 { format!(", as {name:?}") } else { String::new() }
+            );
+        }
+        cases(d, &args, &want, &mut rows)?;
+        if !args.json {
+            println!();
+        }
     }
+    if let Some(python) = &args.blas {
+        blas_rows(python, &args, &mut rows);
+    }
+    if rows.printed == 0 {
+        eprintln!("no case matched {:?}", args.filters);
+    }
+    rows.ratios(&args.devices.iter().cloned().chain(args.blas.iter().map(|_| "numpy".to_string())).collect::<Vec<_>>());
+    if args.top {
+        println!("\ntop kernels by time:");
+        for (name, ms, calls) in tessera::profile::top(10) {
+            println!("{ms:10.2} ms {calls:6}x  {name}");
+        }
+    }
+    Ok(())
+}
+
+/// Every case the filters keep, on device `d`.
+fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) -> tessera::Result<()> {
     if want("elementwise") {
         let n = 1 << 20;
-        let x = Tensor::rand([n], 1, &d);
-        sync(&d, &x);
-        let (ms, cold) = time(args.seconds, || sync(&d, &((&x * 2.0 + 1.0).gelu() * &x)));
+        let x = Tensor::rand([n], 1, d);
+        sync(d, &x);
+        let (ms, cold) = time(args.seconds, || sync(d, &((&x * 2.0 + 1.0).gelu() * &x)));
         let gb = (n * 8) as f64 / 1e9;
         rows.push(Row {
+            device: String::new(),
             case: "elementwise",
             dtype: "f32".into(),
             shape: format!("{n}"),
@@ -350,11 +430,12 @@ fn run() -> tessera::Result<()> {
         if !want(case) {
             continue;
         }
-        let x = Tensor::rand([1024, 1024], 2, &d);
-        sync(&d, &x);
-        let (ms, cold) = time(args.seconds, || sync(&d, &if op == 0 { x.sum(&[1], false) } else { x.softmax(-1) }));
+        let x = Tensor::rand([1024, 1024], 2, d);
+        sync(d, &x);
+        let (ms, cold) = time(args.seconds, || sync(d, &if op == 0 { x.sum(&[1], false) } else { x.softmax(-1) }));
         let gb = (1024 * 1024 * 4) as f64 / 1e9;
         rows.push(Row {
+            device: String::new(),
             case,
             dtype: "f32".into(),
             shape: "1024x1024".into(),
@@ -366,10 +447,11 @@ fn run() -> tessera::Result<()> {
         });
     }
     if want("layer_norm") {
-        let x = Tensor::rand([1024, 1024], 2, &d);
-        sync(&d, &x);
-        let (ms, cold) = time(args.seconds, || sync(&d, &x.layer_norm(None, None, 1e-5)));
+        let x = Tensor::rand([1024, 1024], 2, d);
+        sync(d, &x);
+        let (ms, cold) = time(args.seconds, || sync(d, &x.layer_norm(None, None, 1e-5)));
         rows.push(Row {
+            device: String::new(),
             case: "layer_norm",
             dtype: "f32".into(),
             shape: "1024x1024".into(),
@@ -389,23 +471,24 @@ fn run() -> tessera::Result<()> {
             cases.push((dt, 128, 1536, 384, true));
         }
         for (dt, m, n, k, linear) in cases {
-            let a = Tensor::rand([m, k], 3, &d) - 0.5;
-            let w32 = Tensor::rand(if linear { [n, k] } else { [k, n] }, 4, &d) - 0.5;
+            let a = Tensor::rand([m, k], 3, d) - 0.5;
+            let w32 = Tensor::rand(if linear { [n, k] } else { [k, n] }, 4, d) - 0.5;
             // f16 weights take f16 activations; quantised ones f32 activations.
             let a = if dt == DType::F16 { a.cast(dt) } else { a };
             let (a, w) = if linear { (a, quant::convert_blocking(&w32, dt)?) } else { (a, w32.cast(dt)) };
-            sync(&d, &a);
-            sync(&d, &w);
+            sync(d, &a);
+            sync(d, &w);
             let run = || if linear { a.matmul(&w.t()) } else { a.matmul(&w) };
-            let (ms, cold) = time(args.seconds, || sync(&d, &run()));
+            let (ms, cold) = time(args.seconds, || sync(d, &run()));
             let gflop = 2.0 * (m * n * k) as f64 / 1e9;
-            let naive = naive_matmul_ms(&d, m, n, k, if m * n * k > 1 << 30 { 1 } else { 3 });
+            let naive = naive_matmul_ms(d, m, n, k, if m * n * k > 1 << 30 { 1 } else { 3 });
             let mut extra = serde_json::json!({ "vs_naive": naive.map(|nm| nm / ms) });
             if dt.is_quantized() || (linear && dt == DType::F16) {
                 let want = a.cast(DType::F32).matmul(&w32.t()).to_vec_blocking::<f32>()?;
                 extra["quant_err"] = rel_rms(&run().cast(DType::F32).to_vec_blocking::<f32>()?, &want).into();
             }
             rows.push(Row {
+                device: String::new(),
                 case: "matmul",
                 dtype: dt.name().into(),
                 shape: format!("{m}x{n}x{k}{}", if linear { " (x@w.t)" } else { "" }),
@@ -418,12 +501,13 @@ fn run() -> tessera::Result<()> {
         }
     }
     if want("matmul-batched") {
-        let a = Tensor::rand([8, 128, 64], 5, &d);
-        let b = Tensor::rand([8, 64, 128], 6, &d);
-        sync(&d, &a);
-        sync(&d, &b);
-        let (ms, cold) = time(args.seconds, || sync(&d, &a.matmul(&b)));
+        let a = Tensor::rand([8, 128, 64], 5, d);
+        let b = Tensor::rand([8, 64, 128], 6, d);
+        sync(d, &a);
+        sync(d, &b);
+        let (ms, cold) = time(args.seconds, || sync(d, &a.matmul(&b)));
         rows.push(Row {
+            device: String::new(),
             case: "matmul-batched",
             dtype: "f32".into(),
             shape: "8x128x128x64".into(),
@@ -436,15 +520,15 @@ fn run() -> tessera::Result<()> {
     }
     if want("gemv") {
         let (n, k) = (4096usize, 4096usize);
-        let x32 = Tensor::rand([1, k], 7, &d) - 0.5;
-        let w32 = Tensor::rand([n, k], 8, &d) - 0.5;
-        sync(&d, &x32);
+        let x32 = Tensor::rand([1, k], 7, d) - 0.5;
+        let w32 = Tensor::rand([n, k], 8, d) - 0.5;
+        sync(d, &x32);
         let want = x32.matmul(&w32.t()).to_vec_blocking::<f32>()?;
         for dt in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
             let x = if dt == DType::F16 { x32.cast(dt) } else { x32.clone() };
             let w = quant::convert_blocking(&w32, dt)?;
-            sync(&d, &w);
-            let (ms, cold) = time(args.seconds, || sync(&d, &x.matmul(&w.t())));
+            sync(d, &w);
+            let (ms, cold) = time(args.seconds, || sync(d, &x.matmul(&w.t())));
             let bytes = match dt {
                 DType::F32 => 4.0,
                 DType::F16 => 2.0,
@@ -452,6 +536,7 @@ fn run() -> tessera::Result<()> {
             } * (n * k) as f64;
             let err = rel_rms(&x.matmul(&w.t()).cast(DType::F32).to_vec_blocking::<f32>()?, &want);
             rows.push(Row {
+                device: String::new(),
                 case: "gemv",
                 dtype: dt.name().into(),
                 shape: format!("1x{n}x{k}"),
@@ -466,11 +551,11 @@ fn run() -> tessera::Result<()> {
     if want("quantize") {
         // Quantisation on the device (one kernel) against the host quantiser.
         let (r, c) = (1024usize, 1024usize);
-        let x = Tensor::rand([r, c], 11, &d) - 0.5;
-        sync(&d, &x);
+        let x = Tensor::rand([r, c], 11, d) - 0.5;
+        sync(d, &x);
         let xs = x.to_vec_blocking::<f32>()?;
         for dt in [DType::Q8_0, DType::Q4_0] {
-            let (ms, cold) = time(args.seconds, || sync(&d, &x.quantize(dt)));
+            let (ms, cold) = time(args.seconds, || sync(d, &x.quantize(dt)));
             let t = Instant::now();
             let host = quant::quantize(dt, &xs);
             let host_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -478,6 +563,7 @@ fn run() -> tessera::Result<()> {
             let back = q.cast(DType::F32).to_vec_blocking::<f32>()?;
             let same = q.quantized_blocks_blocking()? == host;
             rows.push(Row {
+ device: String::new(),
                 case: "quantize",
                 dtype: dt.name().into(),
                 shape: format!("{r}x{c} f32"),
@@ -490,12 +576,13 @@ fn run() -> tessera::Result<()> {
         }
     }
     if want("conv2d") {
-        let x = Tensor::rand([8, 64, 56, 56], 9, &d) - 0.5;
-        let w = (Tensor::rand([64, 64, 3, 3], 10, &d) - 0.5) * 0.1;
-        sync(&d, &x);
-        sync(&d, &w);
-        let (ms, cold) = time(args.seconds, || sync(&d, &x.conv2d(&w, None, Conv2dOptions::new(1, 1))));
+        let x = Tensor::rand([8, 64, 56, 56], 9, d) - 0.5;
+        let w = (Tensor::rand([64, 64, 3, 3], 10, d) - 0.5) * 0.1;
+        sync(d, &x);
+        sync(d, &w);
+        let (ms, cold) = time(args.seconds, || sync(d, &x.conv2d(&w, None, Conv2dOptions::new(1, 1))));
         rows.push(Row {
+            device: String::new(),
             case: "conv2d",
             dtype: "f32".into(),
             shape: "8x64x56x56 k3 -> 64".into(),
@@ -510,12 +597,13 @@ fn run() -> tessera::Result<()> {
         for dt in [DType::F32, DType::F16] {
             for seq in [128usize, 512] {
                 let qkv: Vec<Tensor> =
-                    (0..3).map(|i| (Tensor::rand([1, 12, seq, 64], 11 + i, &d) - 0.5).cast(dt)).collect();
+                    (0..3).map(|i| (Tensor::rand([1, 12, seq, 64], 11 + i, d) - 0.5).cast(dt)).collect();
                 tessera::read_all_blocking(&qkv)?;
                 let (ms, cold) = time(args.seconds, || {
-                    sync(&d, &Tensor::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, false))
+                    sync(d, &Tensor::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, false))
                 });
                 rows.push(Row {
+                    device: String::new(),
                     case: "attention",
                     dtype: dt.name().into(),
                     shape: format!("1x12x{seq}x64"),
@@ -530,7 +618,7 @@ fn run() -> tessera::Result<()> {
     }
     if want("bert-embed") {
         let dir = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera/minilm");
-        match SentenceEmbedder::load(&dir, &d) {
+        match SentenceEmbedder::load(&dir, d) {
             Err(e) => eprintln!("bert-embed skipped: {e} (run scripts/fetch_minilm.sh)"),
             Ok(mut emb) => {
                 for dt in quant::MODEL_DTYPES {
@@ -545,8 +633,9 @@ fn run() -> tessera::Result<()> {
                                     .collect()
                             })
                             .collect();
-                        let (ms, cold) = time(args.seconds, || sync(&d, &emb.embed_ids(&ids)));
+                        let (ms, cold) = time(args.seconds, || sync(d, &emb.embed_ids(&ids)));
                         rows.push(Row {
+                            device: String::new(),
                             case: "bert-embed",
                             dtype: dt.name().into(),
                             shape: format!("batch {batch} x seq 128"),
@@ -558,7 +647,7 @@ fn run() -> tessera::Result<()> {
                         });
                     }
                     // Back to f32 for the next dtype (quantise from the original weights).
-                    emb = SentenceEmbedder::load(&dir, &d)?;
+                    emb = SentenceEmbedder::load(&dir, d)?;
                 }
             }
         }
@@ -568,7 +657,7 @@ fn run() -> tessera::Result<()> {
         if !want(case) {
             continue;
         }
-        let mut t = Trainer::new(kind, &d);
+        let mut t = Trainer::new(kind, d);
         t.step(true);
         let before = d.stats();
         // Blocks of 10 steps, each ending with a readback; the median block over 10.
@@ -587,6 +676,7 @@ fn run() -> tessera::Result<()> {
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
         .unwrap_or(f64::NAN);
         rows.push(Row {
+            device: String::new(),
             case,
             dtype: "f32".into(),
             shape: if kind == "mlp" { "784-256-10 batch 64".into() } else { "conv8-conv16-64-10 batch 64".into() },
@@ -600,14 +690,49 @@ fn run() -> tessera::Result<()> {
             })),
         });
     }
-    if rows.printed == 0 {
-        eprintln!("no case matched {:?}", args.filters);
-    }
-    if args.top {
-        println!("\ntop kernels by GPU time:");
-        for (name, ms, calls) in tessera::profile::top(10) {
-            println!("{ms:10.2} ms {calls:6}x  {name}");
-        }
-    }
     Ok(())
+}
+
+/// numpy's matmul at the square sizes (the machine's BLAS, all its threads), as rows of
+/// the device `numpy`: the yardstick for the CPU backend.
+fn blas_rows(python: &str, args: &Args, rows: &mut Rows) {
+    let python = if python == "auto" { ".venv/bin/python" } else { python };
+    let sizes: Vec<String> = args.sizes.iter().map(|n| n.to_string()).collect();
+    let script = format!(
+        "import numpy as np, time\n\
+         for n in [{}]:\n\
+         \x20   a = np.random.rand(n, n).astype(np.float32); b = np.random.rand(n, n).astype(np.float32)\n\
+         \x20   a @ b; t = []\n\
+         \x20   start = time.perf_counter()\n\
+         \x20   while len(t) < 3 or (time.perf_counter() - start < {} and len(t) < 30):\n\
+         \x20       s = time.perf_counter(); a @ b; t.append(time.perf_counter() - s)\n\
+         \x20   t.sort(); print(n, t[len(t) // 2] * 1e3)\n",
+        sizes.join(","),
+        args.seconds
+    );
+    let out = match std::process::Command::new(python).args(["-c", &script]).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),
+        Ok(o) => return eprintln!("blas skipped: {python} failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => return eprintln!("blas skipped: {python}: {e} (run scripts/setup_python.sh)"),
+    };
+    rows.device = "numpy".into();
+    for line in out.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(n), Some(ms)) =
+            (it.next().and_then(|v| v.parse::<usize>().ok()), it.next().and_then(|v| v.parse::<f64>().ok()))
+        else {
+            continue;
+        };
+        rows.push(Row {
+            case: "matmul",
+            device: String::new(),
+            dtype: "f32".into(),
+            shape: format!("{n}x{n}x{n}"),
+            median_ms: ms,
+            cold_ms: f64::NAN,
+            rate: 2.0 * (n * n * n) as f64 / 1e9 / (ms / 1e3),
+            unit: "GFLOP/s",
+            extra: None,
+        });
+    }
 }

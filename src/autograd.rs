@@ -495,7 +495,16 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
             });
             let gb = wanted[1].then(|| {
                 let gg = if a.dtype() == DType::F16 { g.cast(DType::F16) } else { g.clone() };
-                unbroadcast(&a.transpose(r - 2, r - 1).matmul(&gg), b.dims())
+                // For b = w^T (a Linear layer's weight) the product is computed as
+                // (g^T a)^T: the transpose's own rule then undoes the outer transpose,
+                // so w's gradient comes out in w's layout instead of as a strided view
+                // every optimiser kernel would have to gather.
+                let prod = if b.op().swaps_last_two_axes() {
+                    gg.transpose(r - 2, r - 1).matmul(a).transpose(r - 2, r - 1)
+                } else {
+                    a.transpose(r - 2, r - 1).matmul(&gg)
+                };
+                unbroadcast(&prod, b.dims())
             });
             vec![ga, gb]
         }

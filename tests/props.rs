@@ -197,3 +197,47 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Chains of movement ops over fused expressions and over buffers (permutes,
+    /// broadcasts, slices with steps, pads, reshapes, concatenations), on odd shapes,
+    /// as element-wise kernels and under a reduction: the index arithmetic the CPU
+    /// backend folds (strided maps, stretches along the innermost axis) and the GPU
+    /// codegen renders.
+    #[test]
+    fn random_movement_chains_match(
+        s in prop::collection::vec(prop_oneof![Just(1usize), Just(2), Just(3), Just(7), Just(33)], 3),
+        perm in Just(vec![0usize, 1, 2]).prop_shuffle(),
+        (start, step) in (0usize..2, 1usize..3),
+        pad in (0usize..3, 0usize..2),
+        through_buffer in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let build = |d: &Device| {
+            let x = rand_t(&s, seed, -2.0, 2.0, d);
+            let y = rand_t(&[s[2]], seed + 1, -1.0, 1.0, d);
+            // An expression, or a realised buffer, under the views.
+            let e = (&x * 1.5 + &y).tanh();
+            let e = if through_buffer { Tensor::from_slice(&e.to_vec_blocking::<f32>().unwrap(), s.clone(), d) } else { e };
+            let p = e.permute(&perm);
+            let pd = p.dims().to_vec();
+            let len = pd[1].saturating_sub(start).div_ceil(step).max(1);
+            let sl = p.slice(1, start.min(pd[1] - 1) as isize, pd[1] as isize, step);
+            let padded = sl.pad(&[(0, 0), (pad.0, pad.1), (1, 0)], 0.5);
+            let flat = padded.reshape([pd[0], (len + pad.0 + pad.1) * (pd[2] + 1)]);
+            let bc = p.sum(&[2], true).broadcast_to(pd.clone()) * &p;
+            let cat = Tensor::concat(&[bc.clone(), p.neg()], 2);
+            vec![padded, flat.exp(), bc.sum(&[0, 2], false), cat.max(&[1], false), cat.permute(&[2, 0, 1]) + 1.0]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        for d in &devices() {
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tol = Tol { atol: 1e-4, rtol: 1e-4 }.scaled(s.iter().product());
+                assert_close(&format!("output {k} {s:?} perm {perm:?} on {}", common::label(d)), g, w, tol);
+            }
+        }
+    }
+}

@@ -269,6 +269,15 @@ impl Op {
         })
     }
 
+    /// Whether this is a permute that swaps the last two axes and keeps the others (a
+    /// matrix transpose, which products read in place).
+    pub fn swaps_last_two_axes(&self) -> bool {
+        matches!(self, Op::Permute { perm }
+            if perm.len() >= 2
+                && perm[..perm.len() - 2].iter().enumerate().all(|(i, &p)| i == p)
+                && perm[perm.len() - 2] == perm.len() - 1)
+    }
+
     /// Hand-written kernels over whole input buffers (attention, softmax, norm): their
     /// inputs are materialised rather than fused into them.
     pub fn reads_whole_buffers(&self) -> bool {

@@ -72,6 +72,11 @@ fn strip_leading_ones(d: &[usize]) -> &[usize] {
     &d[k..]
 }
 
+/// The input of `t` when `t` swaps the last two axes and keeps the others.
+fn transposed_input(t: &Tensor) -> Option<Tensor> {
+    t.op().swaps_last_two_axes().then(|| t.node().inputs[0].clone())
+}
+
 /// A matmul operand as a buffer: `(the tensor owning it, transposed)`. Reshapes that only
 /// add or drop leading unit axes are free, and so is a swap of the last two axes of a
 /// buffer: the kernel reads it transposed instead of materialising the transpose.
@@ -87,14 +92,7 @@ pub fn matmul_operand(t: &Tensor, materialised: &HashSet<u64>) -> Option<(Tensor
                 Op::Reshape if strip_leading_ones(n.inputs[0].dims()) == strip_leading_ones(cur.dims()) => {
                     n.inputs[0].clone()
                 }
-                Op::Permute { perm }
-                    if perm.len() >= 2
-                        && perm[..perm.len() - 2].iter().enumerate().all(|(i, &p)| i == p)
-                        && perm[perm.len() - 2] == perm.len() - 1 =>
-                {
-                    return buffer_source(&n.inputs[0], materialised).map(|b| (b, true));
-                }
-                _ => return None,
+                _ => return transposed_input(&cur).and_then(|i| buffer_source(&i, materialised)).map(|b| (b, true)),
             }
         };
         cur = next;
@@ -199,6 +197,17 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
                                 && reads_operand_in_place(i, &is_buffer, max_binding);
                             if in_place {
                                 in_place_operands.push(i.clone());
+                            } else if let Some(inner) = transposed_input(i) {
+                                // A transpose of an expression: materialise the expression
+                                // in its own layout and read it transposed (no strided
+                                // writes); a large A is copied below like any other.
+                                mat.insert(inner.id());
+                                if j == 0
+                                    && !inner.dtype().is_quantized()
+                                    && buffer_source(&inner, &mat).is_some_and(|b| b.storage_bytes() > max_binding)
+                                {
+                                    mat.insert(i.id());
+                                }
                             } else {
                                 mat.insert(i.id());
                             }

@@ -268,14 +268,13 @@ impl BertModel {
         let mut x = self.emb_ln.forward(&x);
         // Additive mask: 0 where attended, a large negative number on padding.
         let bias = ((mask - 1.0) * 1e9).reshape([b, 1, 1, s]);
-        let scale = 1.0 / (hd as f32).sqrt();
         for l in &self.layers {
-            let heads = |t: Tensor, perm: &[usize]| t.reshape([b, s, nh, hd]).permute(perm);
-            let q = heads(l.query.forward(&x), &[0, 2, 1, 3]);
-            let k = heads(l.key.forward(&x), &[0, 2, 3, 1]);
-            let v = heads(l.value.forward(&x), &[0, 2, 1, 3]);
-            let p = (q.matmul(&k) * scale + &bias).softmax(-1);
-            let ctx = p.matmul(&v).permute(&[0, 2, 1, 3]).reshape([b, s, h]);
+            let heads = |t: Tensor| t.reshape([b, s, nh, hd]).permute(&[0, 2, 1, 3]);
+            let (q, k, v) = (heads(l.query.forward(&x)), heads(l.key.forward(&x)), heads(l.value.forward(&x)));
+            // One attention kernel where the device runs it fused (the CPU backend), else
+            // q k^T / sqrt(hd) + bias, softmax, @ v.
+            let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&bias), false);
+            let ctx = ctx.permute(&[0, 2, 1, 3]).reshape([b, s, h]);
             let attn_in = x.clone();
             x = l.attn_ln.forward(&(l.attn_out.forward(&ctx) + &x));
             let act = l.inter.forward(&x).gelu();

@@ -182,7 +182,7 @@ impl HostBuffer {
             HostBuffer::Bool(v) => v.iter().flat_map(|&x| u32::from(x).to_le_bytes()).collect(),
             HostBuffer::Quant(d, b) => quant::blocks_to_gpu(*d, b),
         };
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
         out
@@ -214,6 +214,34 @@ impl HostBuffer {
             HostBuffer::U32(v) => Vals::U(v[r].to_vec()),
             HostBuffer::Bool(v) => Vals::B(v[r].to_vec()),
             HostBuffer::Quant(d, b) => Vals::F(r.map(|i| dequant_at(*d, b, i)).collect()),
+        }
+    }
+
+    /// The elements of `runs` (first index, length), each run stepping by `stride`
+    /// (1: a contiguous copy; 0: one element repeated), concatenated.
+    pub fn load_runs(&self, runs: &[(usize, usize)], stride: usize) -> Vals {
+        fn go<T: Copy, U: Copy>(v: &[T], runs: &[(usize, usize)], stride: usize, f: impl Fn(T) -> U) -> Vec<U> {
+            let n = runs.iter().map(|r| r.1).sum();
+            let mut out = Vec::with_capacity(n);
+            for &(s, l) in runs {
+                match stride {
+                    1 => out.extend(v[s..s + l].iter().map(|&x| f(x))),
+                    0 => out.extend(std::iter::repeat_n(f(v[s]), l)),
+                    _ => out.extend((0..l).map(|j| f(v[s + j * stride]))),
+                }
+            }
+            out
+        }
+        match self {
+            HostBuffer::F32(v) => Vals::F(go(v, runs, stride, |x| x)),
+            HostBuffer::F16(v) => Vals::F(go(v, runs, stride, |x| x.to_f32())),
+            HostBuffer::I32(v) => Vals::I(go(v, runs, stride, |x| x)),
+            HostBuffer::U32(v) => Vals::U(go(v, runs, stride, |x| x)),
+            HostBuffer::Bool(v) => Vals::B(go(v, runs, stride, |x| x)),
+            HostBuffer::Quant(d, b) => {
+                let idx: Vec<usize> = runs.iter().flat_map(|&(s, l)| (0..l).map(move |j| s + j * stride)).collect();
+                Vals::F(idx.iter().map(|&i| dequant_at(*d, b, i)).collect())
+            }
         }
     }
 

@@ -7,6 +7,7 @@
 //! evaluate their input at the indices that exist and scatter the results.
 
 use super::buffer::{round_f16, CpuBuffer, HostBuffer, Vals};
+use super::math::{self, map1, map2};
 use crate::graph::{BinaryOp, Op, UnaryOp, Window};
 use crate::reference::elementwise as refew;
 use crate::{DType, Error, Result, Tensor};
@@ -23,6 +24,9 @@ pub(crate) const CHUNK: usize = 2048;
 pub(crate) enum Idx {
     /// `start..start + len`.
     Range(usize, usize),
+    /// Consecutive stretches `(start, len)`: what a permute or broadcast that keeps the
+    /// innermost axis makes of a range.
+    Runs(Vec<(usize, usize)>),
     /// Arbitrary indices.
     List(Vec<usize>),
 }
@@ -31,8 +35,36 @@ impl Idx {
     pub fn len(&self) -> usize {
         match self {
             Idx::Range(_, n) => *n,
+            Idx::Runs(r) => r.iter().map(|r| r.1).sum(),
             Idx::List(v) => v.len(),
         }
+    }
+
+    /// Every index, in order.
+    fn to_vec(&self) -> Vec<usize> {
+        match self {
+            Idx::Range(s, n) => (*s..s + n).collect(),
+            Idx::Runs(r) => r.iter().flat_map(|&(s, n)| s..s + n).collect(),
+            Idx::List(v) => v.clone(),
+        }
+    }
+
+    /// The stretches of this set, as `(start, len)`.
+    fn runs(&self) -> Vec<(usize, usize)> {
+        match self {
+            Idx::Range(s, n) => vec![(*s, *n)],
+            Idx::Runs(r) => r.clone(),
+            Idx::List(v) => v.iter().map(|&i| (i, 1)).collect(),
+        }
+    }
+}
+
+/// Append a stretch, merging it with the last one where they touch.
+fn push_run(out: &mut Vec<(usize, usize)>, (s, n): (usize, usize)) {
+    match out.last_mut() {
+        Some(last) if last.0 + last.1 == s => last.1 += n,
+        _ if n > 0 => out.push((s, n)),
+        _ => {}
     }
 }
 
@@ -138,6 +170,14 @@ fn axis_maps(t: &Tensor) -> Option<Vec<AxisMap>> {
     })
 }
 
+/// The value of `t` when it is an unrealised constant (`Full`) the kernel computes.
+fn constant(t: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<f64> {
+    match t.op() {
+        Op::Full { value } if !t.is_realized() && !is_leaf(t) => Some(t.dtype().round(*value)),
+        _ => None,
+    }
+}
+
 /// Row-major strides of `dims`.
 pub(crate) fn strides_of(dims: &[usize]) -> Vec<usize> {
     let mut s = vec![1; dims.len()];
@@ -199,7 +239,13 @@ impl Program {
                 Op::Binary(b) => Kind::Binary(*b),
                 Op::Where => Kind::Where,
                 Op::Cast => Kind::Cast,
-                Op::Reshape => Kind::Identity,
+                Op::Reshape => match constant(&n.inputs[0], is_leaf) {
+                    Some(v) => {
+                        ins = Vec::new();
+                        Kind::Full(v)
+                    }
+                    None => Kind::Identity,
+                },
                 Op::Permute { .. } | Op::Expand | Op::Slice { .. } => {
                     // Fold the chain of coordinate maps down to its first other node.
                     let mut maps = axis_maps(t).unwrap_or_default();
@@ -228,10 +274,28 @@ impl Program {
                             strides[s] += m.mult * bs[e];
                         }
                     }
+                    // A reshape keeps linear indices: read straight through it.
+                    while !bottom.is_realized()
+                        && !is_leaf(&bottom)
+                        && !ids.contains_key(&bottom.id())
+                        && matches!(bottom.op(), Op::Reshape)
+                    {
+                        let next = bottom.node().inputs[0].clone();
+                        bottom = next;
+                    }
                     let own = strides_of(t.dims());
                     let contiguous = t.dims().iter().zip(strides.iter().zip(&own)).all(|(&d, (s, o))| d <= 1 || s == o);
-                    ins = vec![bottom];
-                    Kind::Strided { offset, strides, contiguous }
+                    match constant(&bottom, is_leaf) {
+                        // A view of a constant is the constant.
+                        Some(v) => {
+                            ins = Vec::new();
+                            Kind::Full(v)
+                        }
+                        None => {
+                            ins = vec![bottom];
+                            Kind::Strided { offset, strides, contiguous }
+                        }
+                    }
                 }
                 Op::Pad { before, value } => Kind::Pad { before: before.clone(), value: *value },
                 Op::Concat { axis } => Kind::Concat { axis: *axis },
@@ -336,21 +400,25 @@ fn each_coord(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
     let r = dims.len();
     let mut c = vec![0usize; r];
     match idx {
-        Idx::Range(start, n) => {
-            if *n == 0 {
-                return;
-            }
-            crate::shape::unravel(*start, dims, &mut c);
-            for p in 0..*n {
-                f(p, &c);
-                let mut d = r;
-                while d > 0 {
-                    d -= 1;
-                    c[d] += 1;
-                    if c[d] < dims[d] {
-                        break;
+        Idx::Range(..) | Idx::Runs(_) => {
+            let mut p = 0;
+            for (start, n) in idx.runs() {
+                if n == 0 {
+                    continue;
+                }
+                crate::shape::unravel(start, dims, &mut c);
+                for _ in 0..n {
+                    f(p, &c);
+                    p += 1;
+                    let mut d = r;
+                    while d > 0 {
+                        d -= 1;
+                        c[d] += 1;
+                        if c[d] < dims[d] {
+                            break;
+                        }
+                        c[d] = 0;
                     }
-                    c[d] = 0;
                 }
             }
         }
@@ -368,30 +436,15 @@ fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) 
     let r = dims.len();
     let mut out = Vec::with_capacity(idx.len());
     match idx {
-        Idx::Range(start, n) if r > 0 => {
-            let mut c = vec![0usize; r];
-            crate::shape::unravel(*start, dims, &mut c);
-            let mut acc = offset + c.iter().zip(strides).map(|(a, b)| a * b).sum::<usize>();
-            let (last, ls) = (dims[r - 1], strides[r - 1]);
-            let mut left = *n;
-            while left > 0 {
-                // The rest of the innermost row in one run.
-                let run = (last - c[r - 1]).min(left);
-                out.extend((0..run).map(|j| acc + j * ls));
-                left -= run;
-                acc += run * ls;
-                c[r - 1] += run;
-                let mut d = r - 1;
-                while c[d] == dims[d] && d > 0 {
-                    acc -= dims[d] * strides[d];
-                    c[d] = 0;
-                    d -= 1;
-                    c[d] += 1;
-                    acc += strides[d];
+        Idx::Range(..) | Idx::Runs(_) if r > 0 => {
+            let ls = strides[r - 1];
+            for (start, n) in idx.runs() {
+                for (s, l) in strided_runs(start, n, dims, offset, strides) {
+                    out.extend((0..l).map(|j| s + j * ls));
                 }
             }
         }
-        Idx::Range(_, n) => out.extend(std::iter::repeat_n(offset, *n)),
+        Idx::Range(..) | Idx::Runs(_) => out.extend(std::iter::repeat_n(offset, idx.len())),
         Idx::List(v) => {
             for &i in v {
                 let mut rem = i;
@@ -403,6 +456,34 @@ fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) 
                 }
                 out.push(acc);
             }
+        }
+    }
+    out
+}
+
+/// The runs of [`strided_indices`] over `start..start + n`: `(first source index,
+/// length)` of each stretch along the innermost axis (whose stride the caller knows).
+fn strided_runs(start: usize, n: usize, dims: &[usize], offset: usize, strides: &[usize]) -> Vec<(usize, usize)> {
+    let r = dims.len();
+    let mut c = vec![0usize; r];
+    crate::shape::unravel(start, dims, &mut c);
+    let mut acc = offset + c.iter().zip(strides).map(|(a, b)| a * b).sum::<usize>();
+    let (last, ls) = (dims[r - 1], strides[r - 1]);
+    let mut out = Vec::with_capacity(n / last.max(1) + 2);
+    let mut left = n;
+    while left > 0 {
+        let run = (last - c[r - 1]).min(left);
+        out.push((acc, run));
+        left -= run;
+        acc += run * ls;
+        c[r - 1] += run;
+        let mut d = r - 1;
+        while c[d] == dims[d] && d > 0 {
+            acc -= dims[d] * strides[d];
+            c[d] = 0;
+            d -= 1;
+            c[d] += 1;
+            acc += strides[d];
         }
     }
     out
@@ -462,21 +543,17 @@ impl<'a> Evaluator<'a> {
         Ok(match &node.kind {
             Kind::Leaf(b) => match &at.idx {
                 Idx::Range(s, l) => b.load_range(*s, *l),
+                Idx::Runs(r) => b.load_runs(r, 1),
                 Idx::List(v) => b.load_list(v),
             },
             Kind::Full(v) => Vals::splat(dt, *v, len),
             Kind::Arange { start, step } => {
-                let vals: Vec<f64> = match &at.idx {
-                    Idx::Range(s, l) => (*s..s + l).map(|i| dt.round(start + i as f64 * step)).collect(),
-                    Idx::List(v) => v.iter().map(|&i| dt.round(start + i as f64 * step)).collect(),
-                };
+                let vals: Vec<f64> = at.idx.to_vec().into_iter().map(|i| dt.round(start + i as f64 * step)).collect();
                 from_f64(dt, &vals)
             }
             Kind::Rand { seed, normal } => {
-                let vals: Vec<f64> = match &at.idx {
-                    Idx::Range(s, l) => (*s..s + l).map(|i| dt.round(refew::rand_at(*seed, *normal, i))).collect(),
-                    Idx::List(v) => v.iter().map(|&i| dt.round(refew::rand_at(*seed, *normal, i))).collect(),
-                };
+                let vals: Vec<f64> =
+                    at.idx.to_vec().into_iter().map(|i| dt.round(refew::rand_at(*seed, *normal, i))).collect();
                 from_f64(dt, &vals)
             }
             Kind::Unary(u) => {
@@ -500,11 +577,39 @@ impl<'a> Evaluator<'a> {
             }
             Kind::Identity => self.eval(ins[0], at)?,
             Kind::Strided { offset, strides, contiguous } => {
-                let idx = match &at.idx {
-                    Idx::Range(s, l) if *contiguous => Idx::Range(offset + s, *l),
-                    i => Idx::List(strided_indices(i, &node.dims, *offset, strides)),
-                };
-                self.eval_at(ins[0], idx)?
+                let last = strides.last().copied();
+                match (&at.idx, &prog.nodes[ins[0]].kind) {
+                    (Idx::Range(s, l), _) if *contiguous => self.eval_at(ins[0], Idx::Range(offset + s, *l))?,
+                    (Idx::Runs(r), _) if *contiguous => {
+                        self.eval_at(ins[0], Idx::Runs(r.iter().map(|&(s, l)| (offset + s, l)).collect()))?
+                    }
+                    // Stretches along the innermost axis: a view of a buffer copies them
+                    // (rows of a broadcast, say); an expression is evaluated on them.
+                    (Idx::Range(..) | Idx::Runs(_), kind) if last.is_some() => {
+                        let mut runs = Vec::new();
+                        for (s, l) in at.idx.runs() {
+                            for run in strided_runs(s, l, &node.dims, *offset, strides) {
+                                // Stretches that touch merge only when they step by 1.
+                                if last == Some(1) {
+                                    push_run(&mut runs, run);
+                                } else {
+                                    runs.push(run);
+                                }
+                            }
+                        }
+                        match (kind, last) {
+                            (Kind::Leaf(b), Some(ls)) => b.load_runs(&runs, ls),
+                            (_, Some(1)) => self.eval_at(ins[0], Idx::Runs(runs))?,
+                            _ => {
+                                self.eval_at(ins[0], Idx::List(strided_indices(&at.idx, &node.dims, *offset, strides)))?
+                            }
+                        }
+                    }
+                    (i, _) => {
+                        let idx = Idx::List(strided_indices(i, &node.dims, *offset, strides));
+                        self.eval_at(ins[0], idx)?
+                    }
+                }
             }
             Kind::Pad { before, value } => {
                 let from = &prog.nodes[ins[0]].dims;
@@ -619,7 +724,7 @@ impl<'a> Evaluator<'a> {
                 // The window positions (i, j) and output pixels (y, x) that read (h, w).
                 let taps = |v: usize, k: usize, s: usize, p: usize, d: usize, o: usize| -> Option<usize> {
                     let t = v as isize + p as isize - (k * d) as isize;
-                    (t >= 0 && t as usize % s == 0 && (t as usize / s) < o).then(|| t as usize / s)
+                    (t >= 0 && (t as usize).is_multiple_of(s) && (t as usize / s) < o).then(|| t as usize / s)
                 };
                 each_coord(&at.idx, &node.dims, |_, c| {
                     let before = src.len();
@@ -681,61 +786,56 @@ fn f16_if(dt: DType, mut v: Vec<f32>) -> Vals {
     Vals::F(v)
 }
 
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + math::exp(-x))
 }
 
 /// One unary op over a chunk; `dt` is the node's dtype.
 pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
     match x {
+        Vals::F(_) if u == UnaryOp::Not && dt == DType::Bool => {
+            let Vals::F(v) = x else { unreachable!() };
+            Vals::B(v.iter().map(|&x| u8::from(x == 0.0)).collect())
+        }
         Vals::F(mut v) => {
-            let f: fn(f32) -> f32 = match u {
-                UnaryOp::Neg => |x| -x,
-                UnaryOp::Abs => f32::abs,
-                UnaryOp::Exp => f32::exp,
-                UnaryOp::Log => f32::ln,
-                UnaryOp::Sqrt => f32::sqrt,
-                UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
-                UnaryOp::Sin => f32::sin,
-                UnaryOp::Cos => f32::cos,
-                UnaryOp::Tanh => f32::tanh,
-                UnaryOp::Sigmoid => sigmoid,
-                UnaryOp::Relu => |x| if x < 0.0 { 0.0 } else { x },
-                UnaryOp::Erf => libm::erff,
-                UnaryOp::GeluErf => |x| 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
-                UnaryOp::GeluTanh => |x| {
+            match u {
+                UnaryOp::Neg => map1(&mut v, |x| -x),
+                UnaryOp::Abs => map1(&mut v, f32::abs),
+                UnaryOp::Exp => map1(&mut v, math::exp),
+                UnaryOp::Log => map1(&mut v, f32::ln),
+                UnaryOp::Sqrt => map1(&mut v, f32::sqrt),
+                UnaryOp::Rsqrt => map1(&mut v, |x| 1.0 / x.sqrt()),
+                UnaryOp::Sin => map1(&mut v, f32::sin),
+                UnaryOp::Cos => map1(&mut v, f32::cos),
+                UnaryOp::Tanh => map1(&mut v, f32::tanh),
+                UnaryOp::Sigmoid => map1(&mut v, sigmoid),
+                UnaryOp::Relu => map1(&mut v, |x| if x < 0.0 { 0.0 } else { x }),
+                UnaryOp::Erf => map1(&mut v, math::erf),
+                UnaryOp::GeluErf => map1(&mut v, |x| 0.5 * x * (1.0 + math::erf(x * std::f32::consts::FRAC_1_SQRT_2))),
+                UnaryOp::GeluTanh => map1(&mut v, |x| {
                     let k = (2.0f32 / std::f32::consts::PI).sqrt();
                     0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-                },
-                UnaryOp::Silu => |x| x * sigmoid(x),
-                UnaryOp::Floor => f32::floor,
-                UnaryOp::Ceil => f32::ceil,
-                UnaryOp::Recip => |x| 1.0 / x,
-                UnaryOp::Not => |x| if x == 0.0 { 1.0 } else { 0.0 },
-            };
-            if u == UnaryOp::Not && dt == DType::Bool {
-                return Vals::B(v.iter().map(|&x| u8::from(x == 0.0)).collect());
-            }
-            for x in &mut v {
-                *x = f(*x);
+                }),
+                UnaryOp::Silu => map1(&mut v, |x| x * sigmoid(x)),
+                UnaryOp::Floor => map1(&mut v, f32::floor),
+                UnaryOp::Ceil => map1(&mut v, f32::ceil),
+                UnaryOp::Recip => map1(&mut v, |x| 1.0 / x),
+                UnaryOp::Not => map1(&mut v, |x| if x == 0.0 { 1.0 } else { 0.0 }),
             }
             f16_if(dt, v)
         }
         Vals::I(mut v) if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) => {
-            for x in &mut v {
-                *x = match u {
-                    UnaryOp::Neg => x.wrapping_neg(),
-                    UnaryOp::Abs => x.wrapping_abs(),
-                    _ => (*x).max(0),
-                };
+            match u {
+                UnaryOp::Neg => map1(&mut v, i32::wrapping_neg),
+                UnaryOp::Abs => map1(&mut v, i32::wrapping_abs),
+                _ => map1(&mut v, |x| x.max(0)),
             }
             Vals::I(v)
         }
         Vals::U(mut v) if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) => {
             if u == UnaryOp::Neg {
-                for x in &mut v {
-                    *x = x.wrapping_neg();
-                }
+                map1(&mut v, u32::wrapping_neg);
             }
             Vals::U(v)
         }
@@ -747,16 +847,20 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
 /// One binary op over two chunks of one compute type; `in_dt` is the inputs' dtype and
 /// `dt` the node's.
 pub(crate) fn binary(op: BinaryOp, x: Vals, y: Vals, in_dt: DType, dt: DType) -> Vals {
+    #[inline(always)]
     fn cmp<T: PartialOrd + Copy>(op: BinaryOp, a: &[T], b: &[T]) -> Vals {
-        let f: fn(&T, &T) -> bool = match op {
-            BinaryOp::Eq => |a, b| a == b,
-            BinaryOp::Ne => |a, b| a != b,
-            BinaryOp::Lt => |a, b| a < b,
-            BinaryOp::Le => |a, b| a <= b,
-            BinaryOp::Gt => |a, b| a > b,
-            _ => |a, b| a >= b,
-        };
-        Vals::B(a.iter().zip(b).map(|(a, b)| u8::from(f(a, b))).collect())
+        #[inline(always)]
+        fn go<T: Copy>(a: &[T], b: &[T], f: impl Fn(T, T) -> bool) -> Vals {
+            Vals::B(a.iter().zip(b).map(|(&a, &b)| u8::from(f(a, b))).collect())
+        }
+        match op {
+            BinaryOp::Eq => go(a, b, |a, b| a == b),
+            BinaryOp::Ne => go(a, b, |a, b| a != b),
+            BinaryOp::Lt => go(a, b, |a, b| a < b),
+            BinaryOp::Le => go(a, b, |a, b| a <= b),
+            BinaryOp::Gt => go(a, b, |a, b| a > b),
+            _ => go(a, b, |a, b| a >= b),
+        }
     }
     if op.is_comparison() {
         return match (&x, &y) {
@@ -768,53 +872,49 @@ pub(crate) fn binary(op: BinaryOp, x: Vals, y: Vals, in_dt: DType, dt: DType) ->
         };
     }
     match (x, y) {
-        (Vals::F(mut a), Vals::F(b)) => {
-            let f: fn(f32, f32) -> f32 = match op {
-                BinaryOp::Add => |a, b| a + b,
-                BinaryOp::Sub => |a, b| a - b,
-                BinaryOp::Mul => |a, b| a * b,
-                BinaryOp::Div => |a, b| a / b,
-                BinaryOp::Maximum => |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) },
-                BinaryOp::Minimum => |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) },
-                BinaryOp::Pow => f32::powf,
-                _ => return generic_binary(op, &Vals::F(a), &Vals::F(b), in_dt, dt),
-            };
-            for (a, &b) in a.iter_mut().zip(&b) {
-                *a = f(*a, b);
+        (Vals::F(mut a), Vals::F(b)) if !matches!(op, BinaryOp::And | BinaryOp::Or) => {
+            match op {
+                BinaryOp::Add => map2(&mut a, &b, |a, b| a + b),
+                BinaryOp::Sub => map2(&mut a, &b, |a, b| a - b),
+                BinaryOp::Mul => map2(&mut a, &b, |a, b| a * b),
+                BinaryOp::Div => map2(&mut a, &b, |a, b| a / b),
+                BinaryOp::Maximum => {
+                    map2(&mut a, &b, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) })
+                }
+                BinaryOp::Minimum => {
+                    map2(&mut a, &b, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) })
+                }
+                _ => map2(&mut a, &b, f32::powf),
             }
             f16_if(dt, a)
         }
         (Vals::I(mut a), Vals::I(b)) if op != BinaryOp::Pow && !matches!(op, BinaryOp::And | BinaryOp::Or) => {
-            let f: fn(i32, i32) -> i32 = match op {
-                BinaryOp::Add => i32::wrapping_add,
-                BinaryOp::Sub => i32::wrapping_sub,
-                BinaryOp::Mul => i32::wrapping_mul,
-                BinaryOp::Div => |a, b| if b == 0 { a } else { a.wrapping_div(b) },
-                BinaryOp::Maximum => |a, b| a.max(b),
-                _ => |a, b| a.min(b),
-            };
-            for (a, &b) in a.iter_mut().zip(&b) {
-                *a = f(*a, b);
+            match op {
+                BinaryOp::Add => map2(&mut a, &b, i32::wrapping_add),
+                BinaryOp::Sub => map2(&mut a, &b, i32::wrapping_sub),
+                BinaryOp::Mul => map2(&mut a, &b, i32::wrapping_mul),
+                BinaryOp::Div => map2(&mut a, &b, |a, b| if b == 0 { a } else { a.wrapping_div(b) }),
+                BinaryOp::Maximum => map2(&mut a, &b, |a, b| a.max(b)),
+                _ => map2(&mut a, &b, |a, b| a.min(b)),
             }
             Vals::I(a)
         }
         (Vals::U(mut a), Vals::U(b)) if op != BinaryOp::Pow && !matches!(op, BinaryOp::And | BinaryOp::Or) => {
-            let f: fn(u32, u32) -> u32 = match op {
-                BinaryOp::Add => u32::wrapping_add,
-                BinaryOp::Sub => u32::wrapping_sub,
-                BinaryOp::Mul => u32::wrapping_mul,
-                BinaryOp::Div => |a, b| if b == 0 { a } else { a / b },
-                BinaryOp::Maximum => |a, b| a.max(b),
-                _ => |a, b| a.min(b),
-            };
-            for (a, &b) in a.iter_mut().zip(&b) {
-                *a = f(*a, b);
+            match op {
+                BinaryOp::Add => map2(&mut a, &b, u32::wrapping_add),
+                BinaryOp::Sub => map2(&mut a, &b, u32::wrapping_sub),
+                BinaryOp::Mul => map2(&mut a, &b, u32::wrapping_mul),
+                BinaryOp::Div => map2(&mut a, &b, |a, b| a.checked_div(b).unwrap_or(a)),
+                BinaryOp::Maximum => map2(&mut a, &b, |a, b| a.max(b)),
+                _ => map2(&mut a, &b, |a, b| a.min(b)),
             }
             Vals::U(a)
         }
         (Vals::B(mut a), Vals::B(b)) if matches!(op, BinaryOp::And | BinaryOp::Or) => {
-            for (a, &b) in a.iter_mut().zip(&b) {
-                *a = u8::from(if op == BinaryOp::And { *a != 0 && b != 0 } else { *a != 0 || b != 0 });
+            if op == BinaryOp::And {
+                map2(&mut a, &b, |a, b| u8::from(a != 0 && b != 0));
+            } else {
+                map2(&mut a, &b, |a, b| u8::from(a != 0 || b != 0));
             }
             Vals::B(a)
         }

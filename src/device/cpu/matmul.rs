@@ -69,6 +69,16 @@ struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
+impl SendPtr {
+    /// The pointer `off` elements on (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    /// `off` must stay inside the allocation.
+    unsafe fn at(self, off: usize) -> *mut f32 {
+        self.0.add(off)
+    }
+}
+
 /// Products at least this large (m·n·k) use the crate's own threads.
 const THREADED_FROM: usize = 48 * 48 * 48;
 
@@ -115,9 +125,16 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
     if k == 0 {
         return Ok(HostBuffer::F32(out));
     }
-    let (ao, bo) = (a.batch_offsets(batch), b.batch_offsets(batch));
+    let (mut ao, mut bo) = (a.batch_offsets(batch), b.batch_offsets(batch));
+    // One B for every batch and A's matrices back to back (a Linear layer over
+    // [batch, seq, features]): one product of count·m rows, not count small ones.
+    let (mut m, mut count) = (m, count);
+    if count > 1 && !a.transposed && bo.iter().all(|&o| o == 0) && ao.iter().enumerate().all(|(i, &o)| o == i * m * k) {
+        (m, count) = (m * count, 1);
+        (ao, bo) = (vec![0], vec![0]);
+    }
     // A quantised weight read transposed: dequantise panels of its rows on the fly.
-    if let (HostBuffer::Quant(qd, blocks), true, true) = (&**b.buf, b.transposed, k % 32 == 0) {
+    if let (HostBuffer::Quant(qd, blocks), true, true) = (&**b.buf, b.transposed, k.is_multiple_of(32)) {
         let av = a.f32();
         quantized_product(&mut out, &av, a.strides(), &ao, blocks, *qd, &bo, (m, n, k));
         return Ok(HostBuffer::F32(out));
@@ -129,7 +146,6 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
     // Many small products: one per thread task; few large ones: the crate's threads.
     let across = count > 1 && par::worth(per_product * count / 64) && per_product < THREADED_FROM * 8;
     par::map(count, across, |i| {
-        let dst = dst;
         // SAFETY: product i writes only its own m x n block of `out`; the operand
         // offsets and strides stay inside the buffers the scheduler checked.
         unsafe {
@@ -137,7 +153,7 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
                 m,
                 n,
                 k,
-                dst.0.add(i * m * n),
+                dst.at(i * m * n),
                 n as isize,
                 av.as_ptr().add(ao[i]),
                 sa,
@@ -170,8 +186,7 @@ fn quantized_product(
     let panels = n.div_ceil(PANEL);
     for (i, (&a_off, &b_off)) in ao.iter().zip(bo).enumerate() {
         let _ = par::map(panels, par::worth(m * n * k / 16), |p| {
-            let dst = dst;
-            let (j0, j1) = (p * PANEL, ((p + 1) * PANEL).min(n));
+                let (j0, j1) = (p * PANEL, ((p + 1) * PANEL).min(n));
             let mut panel = vec![0.0f32; (j1 - j0) * k];
             for (j, row) in (j0..j1).zip(panel.chunks_mut(k)) {
                 dequant_row(dtype, blocks, b_off + j * k, row);
@@ -182,7 +197,7 @@ fn quantized_product(
                     m,
                     j1 - j0,
                     k,
-                    dst.0.add(i * m * n + j0),
+                    dst.at(i * m * n + j0),
                     n as isize,
                     a.as_ptr().add(a_off),
                     sa,

@@ -17,6 +17,7 @@
 
 pub(crate) mod buffer;
 mod expr;
+mod math;
 mod matmul;
 mod par;
 mod reduce;
@@ -74,7 +75,17 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
                 }
             };
             let is_leaf = |t: &Tensor| sched.is_buffer(t);
-            kernel(k.kind, &k.root, &sched.materialised, &is_leaf, &buffer)?
+            #[cfg(not(target_arch = "wasm32"))]
+            let t0 = crate::profile::enabled().then(std::time::Instant::now);
+            let out = kernel(k.kind, &k.root, &sched.materialised, &is_leaf, &buffer)?;
+            #[cfg(not(target_arch = "wasm32"))]
+            if let Some(t0) = t0 {
+                let start_us = t0.duration_since(*epoch()).as_secs_f64() * 1e6;
+                let label = format!("cpu {} {:?}", k.root.op().name(), k.root.dims());
+                let duration_us = t0.elapsed().as_secs_f64() * 1e6;
+                crate::profile::record([crate::profile::KernelTime { label, start_us, duration_us }]);
+            }
+            out
         };
         produced.insert(k.root.id(), Arc::new(CpuBuffer::new(out, &dev.0.counters)));
         produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
@@ -99,6 +110,13 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
     }
     Ok((n_read > 0).then_some(out))
+}
+
+/// The clock profile timestamps count from.
+#[cfg(not(target_arch = "wasm32"))]
+fn epoch() -> &'static std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now)
 }
 
 /// Compute one scheduled kernel.

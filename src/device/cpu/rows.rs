@@ -3,6 +3,7 @@
 //! and attention (`softmax(q k^T / sqrt(D) + bias) v`, causal or not) per batch and head.
 
 use super::buffer::{round_f16, HostBuffer};
+use super::math;
 use super::par;
 use crate::{DType, Result};
 use std::borrow::Cow;
@@ -30,11 +31,9 @@ pub(crate) fn softmax(x: &HostBuffer, dims: &[usize], axis: usize, log: bool) ->
     }
     let row = |src: &[f32], dst: &mut [f32]| {
         let top = max_nan(src.iter().copied());
-        let mut total = 0.0f32;
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = (s - top).exp();
-            total += *d;
-        }
+        dst.copy_from_slice(src);
+        math::map1(dst, |s| math::exp(s - top));
+        let total: f32 = dst.iter().sum();
         if log {
             let lt = total.ln();
             for (d, &s) in dst.iter_mut().zip(src) {
@@ -194,26 +193,26 @@ pub(crate) fn attention(
         for i in 0..t {
             let row = &mut scores[i * s..(i + 1) * s];
             if let (Some((bv, st)), Some(off)) = (&bias, boff) {
-                for (j, x) in row.iter_mut().enumerate() {
-                    *x += bv[off + i * st[r - 2] + j * st[r - 1]];
+                let at = off + i * st[r - 2];
+                match st[r - 1] {
+                    // A row of the bias, or one value for the whole row.
+                    1 => math::map2(row, &bv[at..at + s], |x, b| x + b),
+                    0 => {
+                        let b = bv[at];
+                        math::map1(row, |x| x + b);
+                    }
+                    step => row.iter_mut().enumerate().for_each(|(j, x)| *x += bv[at + j * step]),
                 }
             }
             if causal {
-                for (j, x) in row.iter_mut().enumerate() {
-                    if (j as i64) > i as i64 + s as i64 - t as i64 {
-                        *x = masked;
-                    }
-                }
+                // Keys after the query (aligned with the end of the keys) are masked.
+                let first_masked = (i + s + 1).saturating_sub(t).min(s);
+                row[first_masked..].fill(masked);
             }
             let top = max_nan(row.iter().copied());
-            let mut total = 0.0;
-            for x in row.iter_mut() {
-                *x = (*x - top).exp();
-                total += *x;
-            }
-            for x in row.iter_mut() {
-                *x /= total;
-            }
+            math::map1(row, |x| math::exp(x - top));
+            let inv = 1.0 / row.iter().sum::<f32>();
+            math::map1(row, |x| x * inv);
         }
         if s > 0 {
             // SAFETY: t x s probabilities times s x d values into the t x d block.
