@@ -72,14 +72,14 @@ rm -f "$out/.gitignore"
 
 raw=$(stat -c %s "$wasm")
 gz=$(gzip -9c "$wasm" | wc -c)
-log "$wasm: $raw bytes raw, $gz gzipped (budget: 2,500,000 raw)"
+log "$wasm: $raw bytes raw, $gz gzipped (budget: 3,500,000 raw, 1,300,000 gzipped)"
 log "what dominates it (code bytes by crate in the cargo output, before wasm-opt):"
 python3 web/wasm_size.py "$built" 10 | sed 's/^/[build_web]   /'
-if [ "$raw" -gt 2500000 ]; then
+if [ "$raw" -gt 3500000 ] || [ "$gz" -gt 1300000 ]; then
   if [ "$bindgen_input" = "$built" ]; then
-    log "over the 2.5 MB budget without wasm-opt: install binaryen"
+    log "over the budget without wasm-opt: install binaryen"
   else
-    log "over the 2.5 MB budget"
+    log "over the budget (3.5 MB raw, 1.3 MB gzipped)"
     exit 1
   fi
 fi

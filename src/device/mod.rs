@@ -120,10 +120,17 @@ pub struct DeviceOptions {
     pub max_binding_size: Option<u64>,
 }
 
-/// Whether a wgpu device type is real graphics hardware (not a CPU emulation such as
-/// lavapipe, llvmpipe, SwiftShader or WARP).
-pub(crate) fn is_hardware(device_type: &str) -> bool {
-    matches!(device_type, "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu")
+/// Whether an adapter is real graphics hardware, not a CPU emulation such as lavapipe,
+/// llvmpipe, SwiftShader or WARP. Browsers say only whether an adapter is a fallback
+/// one (wgpu's `Cpu` type; others are `Other`), so there the name is checked too.
+pub(crate) fn is_hardware(a: &AdapterDescription) -> bool {
+    let name = a.name.to_lowercase();
+    let software = ["swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render", "warp"];
+    match a.device_type.as_str() {
+        "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu" => true,
+        "Other" => a.backend == "BrowserWebGpu" && !software.iter().any(|s| name.contains(s)),
+        _ => false,
+    }
 }
 
 /// Parse `123`, `64K`, `512M` or `2G` (powers of 1024).
@@ -246,12 +253,12 @@ impl Device {
             (_, Some(i)) => (format!("chosen (adapter index {i})"), false),
             (None, None) => {
                 let adapters = self::wgpu::list_adapters().await;
-                match adapters.iter().find(|a| is_hardware(&a.device_type)) {
+                match adapters.iter().find(|a| is_hardware(a)) {
                     Some(a) => (format!("{} is a hardware GPU ({})", a.name, a.device_type), true),
                     None => return Ok(Device::cpu_placed(match adapters.first() {
                         Some(a) => format!(
                             "{} is a software adapter; the CPU backend is faster here (TESSERA_ADAPTER=gpu picks it anyway)",
-                            a.name
+                            if a.name.is_empty() { "the only adapter, a fallback one," } else { a.name.as_str() }
                         ),
                         None => "no GPU adapter found; the CPU backend runs here".into(),
                     })),

@@ -5,6 +5,7 @@
 
 pub mod dot;
 pub mod schedule;
+pub mod signature;
 
 use crate::{DType, Shape};
 
@@ -267,6 +268,37 @@ impl Op {
             | Op::Im2col { .. }
             | Op::Col2im { .. } => KernelKind::Elementwise,
         })
+    }
+
+    /// Hash what of this op fixes the kernels it becomes: its kind and structural
+    /// fields, not the scalars a cached plan refills (fill values, seeds, ranges).
+    pub fn hash_structure<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Op::Rand { normal, .. } => normal.hash(h),
+            Op::Unary(u) => u.hash(h),
+            Op::Binary(b) => b.hash(h),
+            Op::Permute { perm } => perm.hash(h),
+            Op::Slice { starts, steps } => (starts, steps).hash(h),
+            Op::Pad { before, .. } => before.hash(h),
+            Op::Concat { axis } | Op::Gather { axis } | Op::IndexSelect { axis } => axis.hash(h),
+            Op::Reduce { op, axes } => (op, axes).hash(h),
+            Op::Im2col { window, .. } | Op::Col2im { window } => window.hash(h),
+            Op::Attention { causal } => causal.hash(h),
+            Op::Softmax { axis, log } => (axis, log).hash(h),
+            // eps is rendered into the meta, not patched: it is part of the structure.
+            Op::Norm { rms, eps, weight, bias } => (rms, eps.to_bits(), weight, bias).hash(h),
+            Op::Input
+            | Op::Full { .. }
+            | Op::Arange { .. }
+            | Op::Where
+            | Op::Cast
+            | Op::Reshape
+            | Op::Expand
+            | Op::Matmul
+            | Op::Quantize => {}
+        }
     }
 
     /// Whether this is a permute that swaps the last two axes and keeps the others (a

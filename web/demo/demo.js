@@ -25,15 +25,20 @@ async function main() {
   await init();
   let tessera;
   try {
-    tessera = await Tessera.init();
+    // ?backend=webgpu or ?backend=cpu overrides the automatic choice.
+    const backend = new URLSearchParams(location.search).get("backend") ?? undefined;
+    tessera = await Tessera.init({ backend });
   } catch (e) {
     fail(e.message);
     return;
   }
   const a = tessera.adapter, c = tessera.capabilities;
-  const adapter = `WebGPU adapter: ${a.name || "unnamed"} (${a.deviceType}); ` +
-    `f16: ${c.f16 ? "native shader-f16" : "packed fallback"}; subgroups: ${c.subgroups ? "yes" : "no"}; ` +
-    `largest binding ${(c.limits.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB.`;
+  const adapter = tessera.backend === "cpu"
+    ? `CPU backend (wasm SIMD): ${tessera.placement}.`
+    : `WebGPU adapter: ${a.name || "unnamed"} (${a.deviceType}; ${tessera.placement}); ` +
+      `f16: ${c.f16 ? "native shader-f16" : "packed fallback"}; subgroups: ${c.subgroups ? "yes" : "no"}; ` +
+      `largest binding ${(c.limits.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB.`;
+  demo.backend = tessera.backend;
   $("status").textContent = `${adapter} Loading digits…`;
   const response = await fetch("../../data/mnist.bin");
   if (!response.ok) return fail(`could not fetch data/mnist.bin (${response.status})`);
@@ -65,9 +70,18 @@ function random() {
   return seed / 2 ** 32;
 }
 
+// Let the page handle input and paint between steps: on the CPU backend a step runs on
+// this thread, and awaiting its result alone never gives the event loop a turn.
+const channel = new MessageChannel();
+const yieldToPage = () => new Promise((resolve) => {
+  channel.port1.onmessage = () => resolve();
+  channel.port2.postMessage(0);
+});
+
 async function trainLoop() {
   const times = [];
   while (running) {
+    await yieldToPage();
     const idx = Uint32Array.from({ length: BATCH }, () => Math.floor(random() * TRAIN));
     const { x, y } = mnist.batch(idx);
     let loss;

@@ -62,17 +62,36 @@ or start Chromium with --enable-unsafe-webgpu";
 
 #[wasm_bindgen]
 impl Tessera {
-    /// Request a WebGPU adapter and device and make it the current device.
-    /// Options: `{ forceFallback: true }` uses every fallback path (packed f16, no
-    /// subgroups) even where the adapter has the feature. Calling it again (for example
-    /// after the device was lost) opens a fresh device.
+    /// Open a device and make it the current one: WebGPU on a hardware adapter, else
+    /// the CPU backend (wasm with SIMD), which is faster than a software adapter
+    /// (SwiftShader) and runs where `navigator.gpu` is missing. `backend` says which
+    /// was chosen and `placement` why.
+    /// Options: `{ backend: "webgpu" | "cpu" }` overrides the choice (`"webgpu"` takes
+    /// any adapter, software or not, and fails without one); `{ forceFallback: true }`
+    /// uses every WebGPU fallback path (packed f16, no subgroups) even where the adapter
+    /// has the feature; `{ matmul: "tiled" | "direct" }` picks the WebGPU matmul kernel.
+    /// Calling it again (for example after the device was lost) opens a fresh device.
     #[wasm_bindgen(unchecked_return_type = "Promise<Tessera>")]
     pub async fn init(
         #[wasm_bindgen(unchecked_param_type = "InitOptions | undefined")] options: JsValue,
     ) -> Result<Tessera, JsError> {
+        let wanted = js::get_str(&options, "backend");
         let gpu = js::get(&js::get(&js_sys::global().into(), "navigator"), "gpu");
-        if gpu.is_undefined() || gpu.is_null() {
-            return Err(JsError::new(NO_WEBGPU));
+        let no_gpu = gpu.is_undefined() || gpu.is_null();
+        let cpu = match wanted.as_deref() {
+            Some("cpu") => Some("chosen ({ backend: \"cpu\" })"),
+            Some("webgpu") if no_gpu => return Err(JsError::new(NO_WEBGPU)),
+            Some("webgpu") => None,
+            Some(other) => return Err(JsError::new(&format!("backend: {other:?} is not \"webgpu\" or \"cpu\""))),
+            None if no_gpu => Some("navigator.gpu is missing (no WebGPU here); the CPU backend runs"),
+            None => None,
+        };
+        if let Some(why) = cpu {
+            let device = Device::cpu();
+            let mut info = device.info().clone();
+            info.placement = why.into();
+            DEVICE.with(|d| *d.borrow_mut() = Some(device));
+            return Ok(Tessera { info });
         }
         let tiled_matmul = match js::get_str(&options, "matmul").as_deref() {
             None => None,
@@ -81,6 +100,9 @@ impl Tessera {
             Some(other) => return Err(JsError::new(&format!("matmul: {other:?} is not \"tiled\" or \"direct\""))),
         };
         let opts = DeviceOptions {
+            // "gpu": the best adapter, software or not; none: a hardware adapter, else
+            // the CPU backend.
+            adapter: wanted.map(|_| "gpu".to_string()),
             force_fallback: js::get_bool(&options, "forceFallback").unwrap_or(false),
             tiled_matmul,
             ..DeviceOptions::default()
@@ -94,6 +116,19 @@ impl Tessera {
         let info = device.info().clone();
         DEVICE.with(|d| *d.borrow_mut() = Some(device));
         Ok(Tessera { info })
+    }
+
+    /// `"webgpu"` or `"cpu"`: where tensors live and kernels run.
+    #[wasm_bindgen(getter)]
+    pub fn backend(&self) -> String {
+        if self.info.backend == "Cpu" { "cpu" } else { "webgpu" }.into()
+    }
+
+    /// Why this backend was chosen: "SwiftShader is a software adapter; the CPU backend
+    /// is faster here", "navigator.gpu is missing ...", or how it was asked for.
+    #[wasm_bindgen(getter)]
+    pub fn placement(&self) -> String {
+        self.info.placement.clone()
     }
 
     /// The adapter: `{ name, backend, deviceType, driver, forcedFallback }`.
@@ -161,7 +196,7 @@ impl Tessera {
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
 /** Options of `Tessera.init`. */
-export interface InitOptions { forceFallback?: boolean; matmul?: "tiled" | "direct" }
+export interface InitOptions { backend?: "webgpu" | "cpu"; forceFallback?: boolean; matmul?: "tiled" | "direct" }
 /** The adapter `Tessera.init` opened. */
 export interface AdapterInfo { name: string; backend: string; deviceType: string; driver: string; forcedFallback: boolean }
 /** What the device can do; `f16: false` means the packed f16 path runs. */

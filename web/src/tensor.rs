@@ -261,6 +261,17 @@ impl JsTensor {
         Ok(wasm_bindgen_futures::future_to_promise(async move { read(t).await.map_err(|e| js_err(e).into()) }))
     }
 
+    /// Compute the tensor and keep it where it lives, reading nothing back (one submit
+    /// on WebGPU): inputs prepared before a timed loop, say. Rejects as `toArray` does.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn realize(&self) -> Result<js_sys::Promise, JsError> {
+        let t = self.tensor()?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            t.realize().await.map_err(js_err)?;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
     /// The single value of a one-element tensor.
     #[wasm_bindgen(unchecked_return_type = "Promise<number>")]
     pub fn item(&self) -> Result<js_sys::Promise, JsError> {

@@ -70,8 +70,8 @@ pub fn exp(x: f32) -> f32 {
     let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
     let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let z = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r
-        + 0.5;
+    let p =
+        ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
     let y = p * z + r + 1.0;
     // 2^n as two factors 2^h · 2^(n-h), each built from its exponent bits; the biased
     // exponents (h + 127 and n - h + 127, within 1..254) are read out of the mantissa

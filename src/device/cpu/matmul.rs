@@ -1,12 +1,11 @@
-//! Matrix products on the CPU through the `gemm` crate: BLIS-style packing and
-//! register-blocked micro-kernels for every x86 and Arm SIMD level, chosen at run time,
-//! about as fast as OpenBLAS on these machines and pure Rust (no system BLAS to
-//! install). Operands are read in place with strides, so a transposed operand costs
-//! nothing; f16 operands are widened once; a Q8_0/Q4_0 weight read as `w^T` (a Linear
-//! layer) is dequantised panel by panel as the product needs it.
+//! Batched matrix products on the CPU over [`sgemm`] (the `gemm` crate natively, our
+//! own SIMD kernel in wasm). Operands are read in place with strides, so a transposed
+//! operand costs nothing; f16 operands are widened once; a Q8_0/Q4_0 weight read as
+//! `w^T` (a Linear layer) is dequantised panel by panel as the product needs it.
 
 use super::buffer::{dequant_row, CpuBuffer, HostBuffer};
 use super::par;
+use super::sgemm::sgemm;
 use crate::{DType, Result};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -79,37 +78,9 @@ impl SendPtr {
     }
 }
 
-/// Products at least this large (m·n·k) use the crate's own threads.
+/// Products at least this large (m·n·k) use the machine's threads each; smaller ones
+/// in a batch run one per thread.
 const THREADED_FROM: usize = 48 * 48 * 48;
-
-fn parallelism(work: usize) -> gemm::Parallelism {
-    #[cfg(not(target_arch = "wasm32"))]
-    if work >= THREADED_FROM && par::threads() > 1 {
-        return gemm::Parallelism::Rayon(par::threads());
-    }
-    let _ = work;
-    gemm::Parallelism::None
-}
-
-/// `c = a @ b` for one matrix: `m x k` times `k x n` into the row-major `c`.
-///
-/// # Safety
-/// The pointers must cover the strided matrices they describe.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_f32(
-    m: usize,
-    n: usize,
-    k: usize,
-    c: *mut f32,
-    c_rs: isize,
-    a: *const f32,
-    (a_rs, a_cs): (isize, isize),
-    b: *const f32,
-    (b_rs, b_cs): (isize, isize),
-    par: gemm::Parallelism,
-) {
-    gemm::gemm(m, n, k, c, 1, c_rs, false, a, a_cs, a_rs, b, b_cs, b_rs, 0.0f32, 1.0f32, false, false, false, par);
-}
 
 /// The batched product `[.., m, k] @ [.., k, n]` into `out_dims` `[.., m, n]` (f32).
 pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<HostBuffer> {
@@ -149,17 +120,18 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
         // SAFETY: product i writes only its own m x n block of `out`; the operand
         // offsets and strides stay inside the buffers the scheduler checked.
         unsafe {
-            gemm_f32(
+            sgemm(
                 m,
                 n,
                 k,
-                dst.at(i * m * n),
-                n as isize,
+                1.0,
                 av.as_ptr().add(ao[i]),
                 sa,
                 bv.as_ptr().add(bo[i]),
                 sb,
-                if across { gemm::Parallelism::None } else { parallelism(per_product) },
+                dst.at(i * m * n),
+                n as isize,
+                !across,
             );
         }
         Ok(())
@@ -186,24 +158,25 @@ fn quantized_product(
     let panels = n.div_ceil(PANEL);
     for (i, (&a_off, &b_off)) in ao.iter().zip(bo).enumerate() {
         let _ = par::map(panels, par::worth(m * n * k / 16), |p| {
-                let (j0, j1) = (p * PANEL, ((p + 1) * PANEL).min(n));
+            let (j0, j1) = (p * PANEL, ((p + 1) * PANEL).min(n));
             let mut panel = vec![0.0f32; (j1 - j0) * k];
             for (j, row) in (j0..j1).zip(panel.chunks_mut(k)) {
                 dequant_row(dtype, blocks, b_off + j * k, row);
             }
             // SAFETY: panel p writes columns j0..j1 of product i only.
             unsafe {
-                gemm_f32(
+                sgemm(
                     m,
                     j1 - j0,
                     k,
-                    dst.at(i * m * n + j0),
-                    n as isize,
+                    1.0,
                     a.as_ptr().add(a_off),
                     sa,
                     panel.as_ptr(),
                     (1, k as isize),
-                    gemm::Parallelism::None,
+                    dst.at(i * m * n + j0),
+                    n as isize,
+                    false,
                 );
             }
             Ok(())

@@ -6,8 +6,8 @@
 //! - `expr`: fused element-wise kernels, compiled once per realisation and evaluated
 //!   over chunks of output indices on rayon's threads;
 //! - `reduce`: reductions over any axis set, their input expression fused;
-//! - `matmul`: products through the `gemm` crate, quantised weights dequantised panel
-//!   by panel;
+//! - `matmul`: batched products over `sgemm` (the `gemm` crate natively, a SIMD128
+//!   kernel of our own in wasm), quantised weights dequantised panel by panel;
 //! - `rows`: softmax, layer/RMS norm and attention, each its own loop;
 //! - `reference`: the f64 interpreter over `src/reference/`, the tests' oracle
 //!   ([`Device::reference`](crate::Device::reference)).
@@ -23,6 +23,7 @@ mod par;
 mod reduce;
 pub(crate) mod reference;
 mod rows;
+mod sgemm;
 
 use crate::device::{Device, Storage};
 use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};

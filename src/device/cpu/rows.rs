@@ -5,6 +5,7 @@
 use super::buffer::{round_f16, HostBuffer};
 use super::math;
 use super::par;
+use super::sgemm::sgemm;
 use crate::{DType, Result};
 use std::borrow::Cow;
 
@@ -159,26 +160,18 @@ pub(crate) fn attention(
         if s > 0 {
             // SAFETY: the slices cover t x d, s x d and t x s row-major matrices.
             unsafe {
-                gemm::gemm(
+                sgemm(
                     t,
                     s,
                     d,
+                    scale,
+                    qh.as_ptr(),
+                    (d as isize, 1),
+                    kh.as_ptr(),
+                    (1, d as isize),
                     scores.as_mut_ptr(),
-                    1,
                     s as isize,
                     false,
-                    qh.as_ptr(),
-                    1,
-                    d as isize,
-                    kh.as_ptr(),
-                    d as isize,
-                    1,
-                    0.0f32,
-                    scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
                 );
             }
         }
@@ -217,26 +210,18 @@ pub(crate) fn attention(
         if s > 0 {
             // SAFETY: t x s probabilities times s x d values into the t x d block.
             unsafe {
-                gemm::gemm(
+                sgemm(
                     t,
                     d,
                     s,
-                    o.as_mut_ptr(),
-                    1,
-                    d as isize,
-                    false,
+                    1.0,
                     scores.as_ptr(),
-                    1,
-                    s as isize,
+                    (s as isize, 1),
                     vh.as_ptr(),
-                    1,
+                    (d as isize, 1),
+                    o.as_mut_ptr(),
                     d as isize,
-                    0.0f32,
-                    1.0f32,
                     false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
                 );
             }
         }

@@ -278,7 +278,7 @@ pub(crate) async fn run(
     let _serial = ctx.exclusive();
     ctx.check_alive()?;
     ctx.take_uncaptured("an earlier operation")?;
-    let sig = plan::Signature::of(targets);
+    let sig = crate::graph::signature::Signature::of(targets);
     let cached = if plan::replay_enabled() { ctx.plans.replay(&sig) } else { None };
     let mut specs = match cached {
         Some(specs) => {

@@ -1,18 +1,14 @@
 //! Plan replay. A training loop builds the same graph every step with new leaves and new
-//! scalars (learning rate, bias corrections, dropout seeds). The graph's structure (ops
-//! without their scalars, shapes, dtypes, which nodes are realised, and the wiring) is
-//! hashed; a hit replays the cached schedule: kernels, WGSL sources, grids and meta words,
-//! with only the scalar slots refilled from the new nodes. Scheduling and rendering are
-//! skipped.
+//! scalars (learning rate, bias corrections, dropout seeds). The graph's structure is
+//! hashed ([`Signature`]); a hit replays the cached schedule: kernels, WGSL sources,
+//! grids and meta words, with only the scalar slots refilled from the new nodes.
+//! Scheduling and rendering are skipped.
 
-use crate::graph::schedule::topo_order;
-use crate::graph::Op;
+use crate::graph::signature::Signature;
 use crate::kernels::codegen::ScalarField;
 use crate::kernels::{IndexCheck, KernelSpec};
 use crate::{DType, Tensor};
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 /// Whether cached plans are replayed (`TESSERA_PLAN_CACHE=0` turns it off, to compare).
@@ -51,75 +47,6 @@ pub(crate) struct PlanCache {
     plans: Mutex<HashMap<u64, Arc<CachedPlan>>>,
 }
 
-/// The graph under `targets` in a fixed order (leaves and unrealised nodes) and the hash
-/// of its structure.
-pub(crate) struct Signature {
-    pub hash: u64,
-    pub nodes: Vec<Tensor>,
-    pos: HashMap<u64, usize>,
-}
-
-fn hash_op(op: &Op, h: &mut DefaultHasher) {
-    std::mem::discriminant(op).hash(h);
-    match op {
-        Op::Rand { normal, .. } => normal.hash(h),
-        Op::Unary(u) => u.hash(h),
-        Op::Binary(b) => b.hash(h),
-        Op::Permute { perm } => perm.hash(h),
-        Op::Slice { starts, steps } => (starts, steps).hash(h),
-        Op::Pad { before, .. } => before.hash(h),
-        Op::Concat { axis } | Op::Gather { axis } | Op::IndexSelect { axis } => axis.hash(h),
-        Op::Reduce { op, axes } => (op, axes).hash(h),
-        Op::Im2col { window, .. } | Op::Col2im { window } => window.hash(h),
-        Op::Attention { causal } => causal.hash(h),
-        Op::Softmax { axis, log } => (axis, log).hash(h),
-        // eps is rendered into the meta, not patched: it is part of the structure.
-        Op::Norm { rms, eps, weight, bias } => (rms, eps.to_bits(), weight, bias).hash(h),
-        Op::Input
-        | Op::Full { .. }
-        | Op::Arange { .. }
-        | Op::Where
-        | Op::Cast
-        | Op::Reshape
-        | Op::Expand
-        | Op::Matmul
-        | Op::Quantize => {}
-    }
-}
-
-impl Signature {
-    pub fn of(targets: &[Tensor]) -> Signature {
-        let order = topo_order(targets);
-        let mut h = DefaultHasher::new();
-        let mut nodes = Vec::with_capacity(order.len() + 8);
-        let mut pos: HashMap<u64, usize> = HashMap::with_capacity(order.len() + 8);
-        let leaf = |t: &Tensor, nodes: &mut Vec<Tensor>, pos: &mut HashMap<u64, usize>, h: &mut DefaultHasher| {
-            let next = nodes.len();
-            let p = *pos.entry(t.id()).or_insert(next);
-            if p == next {
-                nodes.push(t.clone());
-                (0xfeed_u32, t.dims(), t.dtype()).hash(h);
-            }
-            p
-        };
-        for t in &order {
-            let mut ins = Vec::with_capacity(t.node().inputs.len());
-            for i in &t.node().inputs {
-                ins.push(if i.is_realized() { leaf(i, &mut nodes, &mut pos, &mut h) } else { pos[&i.id()] });
-            }
-            pos.insert(t.id(), nodes.len());
-            nodes.push(t.clone());
-            hash_op(&t.node().op, &mut h);
-            (t.dims(), t.dtype(), &ins).hash(&mut h);
-        }
-        for t in targets {
-            let p = if t.is_realized() { leaf(t, &mut nodes, &mut pos, &mut h) } else { pos[&t.id()] };
-            (0x7a6_u32, p).hash(&mut h);
-        }
-        Signature { hash: h.finish(), nodes, pos }
-    }
-}
-
 impl PlanCache {
     /// The kernels of a cached plan for this signature, with scalars refilled.
     pub fn replay(&self, sig: &Signature) -> Option<Vec<KernelSpec>> {
@@ -154,7 +81,7 @@ impl PlanCache {
     /// Remember freshly rendered `specs` under `sig` (skipped if any tensor they name is
     /// outside the signature).
     pub fn store(&self, sig: &Signature, specs: &[KernelSpec]) {
-        let at = |t: &Tensor| sig.pos.get(&t.id()).copied();
+        let at = |t: &Tensor| sig.position(&t.id());
         let mut kernels = Vec::with_capacity(specs.len());
         for s in specs {
             let (Some(output), Some(inputs)) = (at(&s.output), s.inputs.iter().map(at).collect::<Option<Vec<_>>>())
@@ -163,8 +90,8 @@ impl PlanCache {
             };
             let mut patches = Vec::with_capacity(s.patches.len());
             for p in &s.patches {
-                let Some(n) = sig.pos.get(&p.node) else { return };
-                patches.push((p.index, *n, p.field, p.dtype));
+                let Some(n) = sig.position(&p.node) else { return };
+                patches.push((p.index, n, p.field, p.dtype));
             }
             kernels.push(CachedKernel {
                 label: s.label.clone(),
