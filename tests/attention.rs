@@ -54,6 +54,7 @@ fn fused_attention_matches_the_reference() {
             }
             let want = tessera::read_all_blocking(&build(&cpu, case, dt, 10 * n as u64)).unwrap();
             for dev in &devices() {
+                common::record(dev);
                 if dev.info().backend == "Gl" && (n >= 2 || dt == DType::F16) {
                     continue;
                 }

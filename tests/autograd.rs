@@ -81,6 +81,7 @@ fn gradcheck(name: &str, ins: &[In], build: &Build) {
     }
     let cpu = analytic(build, ins, &Device::reference());
     for dev in &devices() {
+        common::record(dev);
         let gpu = analytic(build, ins, dev);
         for (i, (g, w)) in gpu.iter().zip(&cpu).enumerate() {
             assert_close(&format!("{name} d/dx{i} on {}", label(dev)), g, w, Tol { atol: 1e-4, rtol: 1e-4 });
@@ -339,6 +340,7 @@ fn conv2d_matches_direct_convolution() {
         }
     }
     for dev in &[vec![Device::reference()], devices()].concat() {
+        common::record(dev);
         let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
         let wt = Tensor::from_slice(&wv, [oc, cg, k, k], dev);
         let bt = Tensor::from_slice(&bv, [oc], dev);
@@ -400,6 +402,7 @@ fn conv_transpose2d_matches_direct_scatter() {
         }
     }
     for dev in &[vec![Device::reference()], devices()].concat() {
+        common::record(dev);
         let x = Tensor::from_slice(&xv, [n, c, h, w], dev);
         let wt = Tensor::from_slice(&wv, [c, og, k, k], dev);
         let bt = Tensor::from_slice(&bv, [oc], dev);

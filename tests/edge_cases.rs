@@ -14,6 +14,7 @@ fn devices() -> Vec<Device> {
 #[test]
 fn edge_cases_never_panic() {
     for d in devices() {
+        common::record(&d);
         let s = Tensor::scalar(3.0, DType::F32, &d);
         let v = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
         let e = Tensor::from_slice::<f32>(&[], [0], &d);

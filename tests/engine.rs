@@ -165,6 +165,7 @@ fn tensors_and_devices_cross_threads() {
     assert_send_sync::<Tensor>();
     assert_send_sync::<Device>();
     for d in devices().into_iter().chain([Device::reference()]) {
+        common::record(&d);
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 let d = d.clone();
@@ -191,6 +192,7 @@ fn tensors_and_devices_cross_threads() {
 #[test]
 fn async_readback_works_through_any_executor() {
     for d in devices() {
+        common::record(&d);
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
         let v = futures_lite_block_on(async { (&x * &x).to_vec::<f32>().await }).unwrap();
         assert_eq!(v, vec![1.0, 4.0, 9.0]);
@@ -231,6 +233,7 @@ fn an_application_can_share_its_wgpu_device() {
 #[test]
 fn long_and_diamond_chains_do_not_overflow() {
     for d in devices().into_iter().chain([Device::reference()]) {
+        common::record(&d);
         let mut x = Tensor::zeros([4], DType::F32, &d);
         for _ in 0..5000 {
             x = &x + 1.0;
@@ -275,6 +278,7 @@ fn adapters_are_picked_by_name_or_backend() {
 #[test]
 fn plans_replay_with_new_scalars() {
     for dev in common::gpu_devices() {
+        common::record(dev);
         let run = |scale: f64, seed: u64, shift: f64| {
             let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev);
             let noise = Tensor::rand([4], seed, dev);

@@ -28,6 +28,7 @@ fn assert_here(e: &Error, line: u32) {
 #[test]
 fn matmul_shape_mismatch() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let b = Tensor::ones([4, 5], DType::F32, &d);
         let line = line!() + 1;
@@ -48,6 +49,7 @@ fn matmul_shape_mismatch() {
 #[test]
 fn broadcast_shape_mismatch() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let b = Tensor::ones([4], DType::F32, &d);
         let line = line!() + 1;
@@ -65,6 +67,7 @@ fn broadcast_shape_mismatch() {
 #[test]
 fn reshape_wrong_element_count() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let line = line!() + 1;
         let r = a.reshape([4, 2]);
@@ -78,6 +81,7 @@ fn reshape_wrong_element_count() {
 #[test]
 fn axis_out_of_range() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let line = line!() + 1;
         let s = a.sum(&[2], false);
@@ -101,6 +105,7 @@ fn axis_out_of_range() {
 #[test]
 fn dtype_mismatch() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([3], DType::F32, &d);
         let b = Tensor::ones([3], DType::I32, &d);
         let line = line!() + 1;
@@ -128,6 +133,7 @@ fn dtype_mismatch() {
 #[test]
 fn gather_index_out_of_range() {
     for d in devices() {
+        common::record(&d);
         let x = Tensor::arange(0.0, 12.0, 1.0, DType::F32, &d).reshape([3, 4]);
         let idx = Tensor::from_slice(&[0i32, 1, 3, 2, 0, 1, 2, 0], [2, 4], &d);
         let line = line!() + 1;
@@ -151,6 +157,7 @@ fn gather_index_out_of_range() {
 #[test]
 fn other_bad_arguments_are_errors() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let cases = [
             Tensor::from_slice(&[1.0f32, 2.0], [3], &d),
@@ -187,6 +194,7 @@ fn mixing_devices_is_an_error() {
 #[test]
 fn errors_leave_the_device_usable() {
     for d in devices() {
+        common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let _ = expect_err(&a.matmul(&a));
         let b = (&a * 3.0).sum(&[], false);

@@ -99,6 +99,7 @@ proptest! {
         let (want_t, len) = build(&Device::reference());
         let want = tessera::read_all_blocking(&want_t).unwrap();
         for d in &devices() {
+            common::record(d);
             let got = tessera::read_all_blocking(&build(d).0).unwrap();
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("output {k} on {}", common::label(d)), g, w, Tol::for_dtype(DType::F32).scaled(len));
@@ -154,6 +155,7 @@ proptest! {
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         let tol = if f16 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol::for_dtype(DType::F32).scaled(k) };
         for d in matmul_devices() {
+            common::record(d);
             let got = tessera::read_all_blocking(&build(d)).unwrap();
             let what = format!("{m}x{n}x{k} ta={ta} tb={tb} batch={batch:?} f16={f16} on {:?}", d.matmul_config());
             assert_close(&what, &got[0], &want[0], tol);
@@ -189,6 +191,7 @@ proptest! {
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         let tol = Tol::for_dtype(DType::F32).scaled(cg * kh * kw * og * 4);
         for d in matmul_devices() {
+            common::record(d);
             let got = tessera::read_all_blocking(&build(d)).unwrap();
             for (k, (g_, w_)) in got.iter().zip(&want).enumerate() {
                 let what = format!("output {k}: {o:?} k {kh}x{kw} on {:?}", d.matmul_config());
@@ -233,6 +236,7 @@ proptest! {
         };
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         for d in &devices() {
+            common::record(d);
             let got = tessera::read_all_blocking(&build(d)).unwrap();
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 let tol = Tol { atol: 1e-4, rtol: 1e-4 }.scaled(s.iter().product());

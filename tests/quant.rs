@@ -15,6 +15,7 @@ fn blocks_round_trip_exactly_on_every_device() {
     for dt in DType::QUANTIZED {
         let blocks = weights(dt, 5, 96, 1);
         for d in devices().into_iter().chain([Device::reference()]) {
+            common::record(&d);
             let w = Tensor::from_quantized(dt, [5, 96], &blocks, &d);
             assert_eq!(w.dtype(), dt);
             assert_eq!(w.quantized_blocks_blocking().unwrap(), blocks, "{dt} on {d}");
@@ -58,6 +59,7 @@ fn dequantising_ops_match_the_reference() {
 #[test]
 fn quantising_a_tensor_bounds_the_error() {
     for d in devices().into_iter().take(2).chain([Device::reference()]) {
+        common::record(&d);
         let x = rand_t(&[4, 64], 5, -2.0, 2.0, &d);
         let xv = x.to_vec_blocking::<f32>().unwrap();
         for (dt, bound) in [(DType::Q8_0, 2.0 / 127.0), (DType::Q4_0, 2.0 / 7.0)] {
@@ -91,6 +93,7 @@ fn quantising_on_the_device_matches_the_host() {
         *v *= 1e-3;
     }
     for d in devices().into_iter().chain([Device::reference()]) {
+        common::record(&d);
         for dt in DType::QUANTIZED {
             for src in [DType::F32, DType::F16] {
                 let x = Tensor::from_slice(&vals, [3, 96], &d).cast(src);
@@ -143,6 +146,7 @@ fn quantising_on_the_device_matches_the_host() {
 #[test]
 fn quantised_tensors_refuse_what_they_cannot_do() {
     for d in devices().into_iter().take(2).chain([Device::reference()]) {
+        common::record(&d);
         let w = Tensor::from_quantized(DType::Q8_0, [2, 32], &weights(DType::Q8_0, 2, 32, 6), &d);
         let line = line!() + 1;
         let e = w.exp().to_f64_vec_blocking().unwrap_err();

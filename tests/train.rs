@@ -66,6 +66,7 @@ fn a_training_step_is_one_submit_and_the_loss_falls() {
     let want = params(&mut want_model);
     // devices() always holds the CPU backend, so the loss is checked on every machine.
     for dev in &devices() {
+        common::record(dev);
         let mut model = mlp(dev);
         let mut opt = Adam::new(0.05);
         let before = dev.stats();
@@ -178,6 +179,7 @@ fn schedules_clipping_and_loss_scaling() {
     // Inputs so large that the scaled gradients overflow f32: the step is skipped,
     // nothing changes, and the scale halves.
     for dev in std::iter::once(Device::reference()).chain(devices()) {
+        common::record(&dev);
         let mut model = mlp(&dev);
         let mut opt = Adam::new(0.1);
         let before = params(&mut model);
@@ -317,6 +319,7 @@ fn a_corrupted_checkpoint_is_refused_and_nothing_changes() {
 fn mixed_precision_trains_with_f32_master_weights() {
     let _s = serial();
     for dev in &devices() {
+        common::record(dev);
         let mut model = Sequential::new()
             .add(Linear { compute_dtype: DType::F16, ..Linear::new(8, 16, true, 1, dev) })
             .add(Activation::Relu)

@@ -341,6 +341,7 @@ fn op_fixtures_are_current_and_hold_on_every_adapter() {
             "rtol": case.tol.rtol,
         }));
         for dev in &devices() {
+            common::record(dev);
             let (inputs, _) = build(&case, dev);
             let got = (case.run)(&inputs).to_f64_vec_blocking().unwrap_or_else(|e| panic!("{}: {e}", case.name));
             assert_close(&format!("{} on {}", case.name, label(dev)), &got, &expected, case.tol);
