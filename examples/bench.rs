@@ -25,7 +25,7 @@ use std::time::Instant;
 use tessera::models::bert::SentenceEmbedder;
 use tessera::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Sequential};
 use tessera::ops::nn::Conv2dOptions;
-use tessera::optim::{self, Adam, Optimizer, StepOptions};
+use tessera::optim::{Adam, Optimizer, StepOptions};
 use tessera::{quant, DType, Device, Tensor};
 
 #[derive(Parser)]
@@ -301,7 +301,7 @@ impl Trainer {
     fn step(&mut self, sync: bool) -> Tensor {
         let l = loss::cross_entropy(&self.model.forward(&self.x), &self.y);
         let o = StepOptions { no_sync: !sync, ..Default::default() };
-        optim::step_blocking(&mut self.model, &mut self.opt, &l, &[], o).expect("step");
+        self.opt.step_with(&mut self.model, &l, o).expect("step");
         l
     }
 

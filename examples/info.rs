@@ -17,7 +17,7 @@ fn self_check(d: &Device) -> Vec<(&'static str, Vec<Tensor>)> {
     vec![
         ("fused element-wise", vec![((&x * 2.0 + 1.0).gelu() - x.exp()).sigmoid()]),
         ("broadcast + compare", vec![Tensor::where_(&x.gt_scalar(0.0), &x, &x.sum(&[0], true))]),
-        ("reductions", vec![x.sum(&[1], false), x.max(&[0], false), x.argmax(&[1], false), x.var(&[], false)]),
+        ("reductions", vec![x.sum(&[1], false), x.max(&[0], false), x.argmax(&[1], false), x.var_all()]),
         ("softmax", vec![x.softmax(-1)]),
         ("movement", vec![Tensor::concat(&[x.t(), x.t().neg()], 1).pad(&[(1, 0), (0, 1)], 0.0).slice(1, 0, 5, 2)]),
         ("gather", vec![x.index_select(0, &idx)]),

@@ -16,8 +16,8 @@
 
 use clap::Parser;
 use std::time::Instant;
-use tessera::nn::{join, loss, Embedding, LayerNorm, Linear, Module, Slot, TransformerEncoderLayer};
-use tessera::optim::{step_blocking, Adam, LrSchedule, Optimizer, Schedule, StepOptions};
+use tessera::nn::{loss, Embedding, LayerNorm, Linear, Module, TransformerEncoderLayer};
+use tessera::optim::{Adam, LrSchedule, LrScheduler, Optimizer, StepOptions};
 use tessera::{DType, Device, Tensor};
 
 #[derive(Parser, Debug)]
@@ -136,6 +136,7 @@ impl Corpus {
 
 /// Token and position embeddings, causal pre-norm transformer layers, final layer norm
 /// and a linear head to the vocabulary.
+#[derive(Module)]
 struct CharLm {
     tok_emb: Embedding,
     pos_emb: Embedding,
@@ -185,24 +186,6 @@ impl CharLm {
             x = layer.forward_masked(&x, None);
         }
         self.head.forward(&self.ln_f.forward(&x)).reshape(vec![b * t, self.vocab])
-    }
-}
-
-impl Module for CharLm {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        self.tok_emb.slots(&join(prefix, "tok_emb"), out);
-        self.pos_emb.slots(&join(prefix, "pos_emb"), out);
-        for (i, layer) in self.layers.iter_mut().enumerate() {
-            layer.slots(&join(prefix, &format!("layers.{i}")), out);
-        }
-        self.ln_f.slots(&join(prefix, "ln_f"), out);
-        self.head.slots(&join(prefix, "head"), out);
-    }
-
-    fn set_training(&mut self, training: bool) {
-        for layer in &mut self.layers {
-            layer.set_training(training);
-        }
     }
 }
 
@@ -311,12 +294,9 @@ fn run(args: Args) -> tessera::Result<()> {
     let dev = Device::new()?;
     let vocab = corpus.vocab.len();
     let mut model = CharLm::new(&args, vocab, &dev);
-    let schedule = LrSchedule {
-        base: args.lr,
-        warmup: (args.steps as u64 / 10).clamp(1, 30),
-        kind: Schedule::Cosine { total: args.steps as u64, min_lr: args.lr / 10.0 },
-    };
     let mut opt = Adam::adamw(args.lr, 0.01);
+    let warmup = (args.steps as u64 / 10).clamp(1, 30);
+    let mut sched = LrScheduler::new(LrSchedule::cosine(args.lr, warmup, args.steps as u64, args.lr / 10.0), &mut opt);
     let mut rng = Rng::new(args.seed);
     let mut sample_rng = Rng::new(args.seed ^ 0x5a5a_5a5a);
     println!(
@@ -342,13 +322,12 @@ fn run(args: Args) -> tessera::Result<()> {
     let mut sample_time = 0.0f64;
     for step in 0..args.steps {
         let t0 = Instant::now();
-        opt.set_lr(schedule.lr_at(step as u64));
         let (x, y) = batch(&corpus, args.batch, args.block, &mut rng, &dev);
         let logits = model.forward(&x);
         let l = loss::cross_entropy(&logits, &y);
-        let r =
-            step_blocking(&mut model, &mut opt, &l, &[], StepOptions { clip_norm: Some(1.0), ..Default::default() })?;
-        let lv = r.values.first().and_then(|v| v.first()).copied().unwrap_or(f64::NAN);
+        let r = opt.step_with(&mut model, &l, StepOptions { clip_norm: Some(1.0), ..Default::default() })?;
+        sched.step(&mut opt);
+        let lv = r.loss.unwrap_or(f64::NAN);
         if !lv.is_finite() {
             return Err(invalid(format!("the loss is {lv} at step {}", step + 1)));
         }

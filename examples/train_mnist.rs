@@ -19,7 +19,7 @@ use tessera::io::mnist::Mnist;
 use tessera::io::tensorboard::EventWriter;
 use tessera::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Module, Sequential};
 use tessera::ops::nn::Conv2dOptions;
-use tessera::optim::{Adam, LrSchedule, Optimizer, Schedule, StepOptions};
+use tessera::optim::{Adam, LrSchedule, LrScheduler, Optimizer, StepOptions};
 use tessera::{DType, Device, Tensor};
 
 #[derive(Parser, Debug)]
@@ -64,14 +64,8 @@ const TRAIN: usize = 8000;
 /// Steps between readbacks of the training loss and accuracy.
 const LOG_EVERY: usize = 10;
 
-fn build(model: &str, seed: u64, dev: &Device, half: bool) -> tessera::Result<Sequential> {
-    let lin = |i, o, s| {
-        let mut l = Linear::new(i, o, true, seed * 1000 + s, dev);
-        if half {
-            l.compute_dtype = DType::F16;
-        }
-        l
-    };
+fn build(model: &str, seed: u64, dev: &Device) -> tessera::Result<Sequential> {
+    let lin = |i, o, s| Linear::new(i, o, true, seed * 1000 + s, dev);
     Ok(match model {
         "mlp" => Sequential::new().add(Flatten).add(lin(784, 256, 1)).add(Activation::Relu).add(lin(256, 10, 2)),
         "cnn" => Sequential::new()
@@ -149,15 +143,11 @@ fn run(args: Args) -> tessera::Result<()> {
     let dev = Device::new()?;
     let cnn = args.model == "cnn";
     let epochs = args.epochs.unwrap_or(if cnn { 5 } else { 8 });
-    let mut model = build(&args.model, args.seed, &dev, args.mixed_precision)?;
+    let mut model = build(&args.model, args.seed, &dev)?;
     let steps_per_epoch = TRAIN / args.batch;
     let total_steps = (epochs * steps_per_epoch) as u64;
-    let schedule = LrSchedule {
-        base: args.lr.unwrap_or(if cnn { 4e-3 } else { 2e-3 }),
-        warmup: 50,
-        kind: Schedule::Cosine { total: total_steps, min_lr: 1e-5 },
-    };
-    let mut opt = Adam::new(schedule.base);
+    let base_lr = args.lr.unwrap_or(if cnn { 4e-3 } else { 2e-3 });
+    let mut opt = Adam::new(base_lr);
     let mut scaler = tessera::optim::GradScaler::new(1024.0);
     println!(
         "device: {} ({}), model {} with {} parameters, {} train / {} test digits, batch {}",
@@ -179,6 +169,10 @@ fn run(args: Args) -> tessera::Result<()> {
         step = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
         println!("resumed from {} at epoch {first_epoch}, step {step}", ckpt.display());
     }
+    // Warm-up then cosine decay; the scheduler picks up from the optimiser's step count
+    // (which a resumed checkpoint restored).
+    let schedule = LrSchedule::cosine(base_lr, 50, total_steps, 1e-5);
+    let mut sched = LrScheduler::new(schedule, &mut opt);
     let run_name = format!(
         "mnist-{}-{}",
         args.model,
@@ -210,14 +204,17 @@ fn run(args: Args) -> tessera::Result<()> {
                 break 'epochs;
             }
             let t0 = Instant::now();
-            let lr = schedule.lr_at(step);
-            opt.set_lr(lr);
+            let lr = opt.lr();
             let (x, y) = batch_tensors(&data, &order[b * args.batch..(b + 1) * args.batch], cnn, &dev);
+            // Mixed precision: the forward pass (and so its backward) computes the
+            // Linear layers' products in f16; the weights stay f32.
+            let autocast = args.mixed_precision.then(|| tessera::autocast(DType::F16));
             let logits = model.forward(&x);
+            drop(autocast);
             let loss = loss::cross_entropy(&logits, &y);
             let acc = {
                 let _g = tessera::no_grad();
-                logits.argmax(&[-1], false).eq(&y).cast(DType::F32).mean(&[], false)
+                logits.argmax_dim(-1).eq(&y).cast(DType::F32).mean_all()
             };
             // Steps are submitted back to back; losses and accuracies are read every
             // LOG_EVERY steps (one readback for the lot), so the next step's graph is
@@ -229,7 +226,8 @@ fn run(args: Args) -> tessera::Result<()> {
                 no_sync: !sync,
                 ..Default::default()
             };
-            tessera::optim::step_blocking(&mut model, &mut opt, &loss, &[], opts)?;
+            opt.step_with(&mut model, &loss, opts)?;
+            sched.step(&mut opt);
             step += 1;
             pending.push((step, lr, loss, acc));
             if sync {

@@ -235,13 +235,13 @@ pub(crate) fn unbroadcast(g: &Tensor, dims: &[usize]) -> Tensor {
         return g.clone();
     }
     let lead = g.rank() - dims.len();
-    let mut axes: Vec<isize> = (0..lead as isize).collect();
+    let mut axes: Vec<usize> = (0..lead).collect();
     for (i, &d) in dims.iter().enumerate() {
         if d == 1 && g.dims()[lead + i] != 1 {
-            axes.push((lead + i) as isize);
+            axes.push(lead + i);
         }
     }
-    let s = if axes.is_empty() { g.clone() } else { g.sum(&axes, true) };
+    let s = g.sum_axes(&axes, true);
     s.reshape(dims.to_vec())
 }
 
@@ -417,8 +417,7 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
                 ReduceOp::Sum => one(g.broadcast_to(x.dims().to_vec())),
                 ReduceOp::Max | ReduceOp::Min => {
                     let hit = mask(&x.eq(&t.broadcast_to(x.dims().to_vec())), dt);
-                    let ax: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-                    let count = hit.sum(&ax, true);
+                    let count = hit.sum_axes(axes, true);
                     one(hit.mul(&g.div(&count)))
                 }
                 ReduceOp::ArgMax | ReduceOp::ArgMin => vec![None],

@@ -5,15 +5,20 @@
 //!
 //! Tensors are lazy: ops record a graph, checked at once for shape and dtype errors (which
 //! are carried, with the caller's location, to the realisation). Asking for values
-//! schedules the graph into fused kernels, plans buffers from a pool, encodes every
-//! dispatch into one command encoder and submits once.
+//! schedules the graph into fused kernels and runs them: on a GPU, every dispatch in one
+//! command encoder and one submit; on the CPU backend (what `Device::new()` picks
+//! without a hardware GPU), fused loops over chunks on every core.
+//!
+//! Training reads like PyTorch (`tessera::prelude` has the usual imports): modules with
+//! `#[derive(Module)]`, `loss::cross_entropy`, `opt.step(&mut model, &loss)`,
+//! `LrScheduler`, `autocast(DType::F16)`.
 //!
 //! ```no_run
 //! use tessera::{Device, Tensor, DType};
 //! let dev = Device::new()?;
 //! let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], [2, 2], &dev);
 //! let w = Tensor::randn([2, 3], 42, &dev);
-//! let y = (x.matmul(&w) + 1.0).relu().sum(&[-1], false);
+//! let y = (x.matmul(&w) + 1.0).relu().sum_dim(-1);
 //! println!("{y}");
 //! let values: Vec<f32> = y.to_vec_blocking()?;
 //! # Ok::<(), tessera::Error>(())
@@ -23,6 +28,10 @@
 // share them natively are still the right shape there.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+// `#[derive(Module)]` names `::tessera`, which inside this crate is the crate itself.
+extern crate self as tessera;
+
+pub mod autocast;
 pub mod autograd;
 pub mod device;
 mod display;
@@ -35,6 +44,7 @@ pub mod models;
 pub mod nn;
 pub mod ops;
 pub mod optim;
+pub mod prelude;
 pub mod profile;
 pub mod quant;
 pub mod reference;
@@ -42,6 +52,7 @@ pub mod shape;
 pub mod stats;
 pub mod tensor;
 
+pub use autocast::autocast;
 pub use autograd::{no_grad, Gradients};
 pub use device::{AdapterDescription, Capabilities, Device, DeviceInfo, DeviceOptions};
 pub use dtype::{DType, Element};

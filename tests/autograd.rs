@@ -413,7 +413,7 @@ fn conv_transpose2d_matches_direct_scatter() {
         // The adjoint of conv2d: z is [n, oc, ho, wo] and conv2d(z, w) is [n, c, h, w].
         let z = Tensor::zeros([n, oc, ho, wo], DType::F32, dev).requires_grad();
         let gy = Tensor::from_slice(&xv, [n, c, h, w], dev);
-        let grads = z.conv2d(&wt, None, o).mul(&gy).sum(&[], false).backward().unwrap();
+        let grads = z.conv2d(&wt, None, o).mul(&gy).sum_all().backward().unwrap();
         let adj = x.conv_transpose2d(&wt, None, o, op);
         assert_close(
             &format!("adjoint on {}", label(dev)),
@@ -425,7 +425,7 @@ fn conv_transpose2d_matches_direct_scatter() {
     // The layer: a stride-2 2x2 kernel doubles the resolution; named PyTorch slots.
     use tessera::nn::{ConvTranspose2d, Layer, Module};
     let d = Device::reference();
-    let mut up = ConvTranspose2d::new(4, 2, 2, Conv2dOptions::new(2, 0), 7, &d);
+    let up = ConvTranspose2d::new(4, 2, 2, Conv2dOptions::new(2, 0), 7, &d);
     let y = up.forward(&Tensor::ones([1, 4, 5, 5], DType::F32, &d));
     assert_eq!(y.dims(), &[1, 2, 10, 10]);
     assert_eq!(up.weight.dims(), &[4, 2, 2, 2]);

@@ -19,11 +19,11 @@ fn edge_cases_never_panic() {
         let v = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], &d);
         let e = Tensor::from_slice::<f32>(&[], [0], &d);
         let ok: Vec<(Tensor, Vec<f64>)> = vec![
-            (s.sum(&[], false), vec![3.0]),
-            (s.argmax(&[], false).cast(DType::F32), vec![0.0]),
+            (s.sum_all(), vec![3.0]),
+            (s.argmax_all().cast(DType::F32), vec![0.0]),
             (&s * &v, vec![3.0, 6.0, 9.0]),
             (v.matmul(&v), vec![14.0]),
-            (e.sum(&[], false), vec![0.0]),
+            (e.sum_all(), vec![0.0]),
             (e.reshape([0, 5]).sum(&[1], false), vec![]),
             (Tensor::eye(0, DType::F32, &d).flatten(), vec![]),
             (Tensor::arange(5.0, 0.0, -2.0, DType::F32, &d), vec![5.0, 3.0, 1.0]),
@@ -36,7 +36,7 @@ fn edge_cases_never_panic() {
             (s.reshape([1, 1]).pad(&[(1, 0), (0, 1)], 7.0).flatten(), vec![7.0, 7.0, 3.0, 7.0]),
             (v.broadcast_to([2, 3]).sum(&[0], false), vec![2.0, 4.0, 6.0]),
             (Tensor::concat(&[e.clone(), v.clone(), e.clone()], 0), vec![1.0, 2.0, 3.0]),
-            (v.softmax(0).sum(&[], false).sub_scalar(1.0).abs().lt_scalar(1e-6).cast(DType::F32), vec![1.0]),
+            (v.softmax(0).sum_all().sub_scalar(1.0).abs().lt_scalar(1e-6).cast(DType::F32), vec![1.0]),
             (v.max(&[0], true).squeeze(0), vec![3.0]),
         ];
         for (k, (t, want)) in ok.iter().enumerate() {
@@ -50,7 +50,7 @@ fn edge_cases_never_panic() {
             s.pad(&[(1, 1)], 0.0),
             v.broadcast_to([2]),
             v.matmul(&s),
-            e.max(&[], false),
+            e.max_all(),
             v.argmin(&[0, 0], false),
             v.reshape([2, 2]),
             v.permute(&[1]),

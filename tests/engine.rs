@@ -67,7 +67,7 @@ fn lazy_and_fused_on(d: &Device) {
     // read back without recomputation.
     let before = d.stats();
     let a = x.exp();
-    let c = x.sum(&[], false);
+    let c = x.sum_all();
     let vals = tessera::read_all_blocking(&[a.clone(), c.clone()]).unwrap();
     assert_eq!(vals.len(), 2);
     assert_eq!(d.stats().submits - before.submits, submits);
@@ -173,7 +173,7 @@ fn tensors_and_devices_cross_threads() {
                     let mut out = Vec::new();
                     for i in 0..3 {
                         let x = Tensor::arange(0.0, 64.0, 1.0, DType::F32, &d).reshape([8, 8]);
-                        let y = (&x * (t + i) as f32).sum(&[1], false).sum(&[], false);
+                        let y = (&x * (t + i) as f32).sum(&[1], false).sum_all();
                         out.push(y.item_blocking::<f32>().unwrap());
                     }
                     (t, out)
@@ -282,7 +282,7 @@ fn plans_replay_with_new_scalars() {
         let run = |scale: f64, seed: u64, shift: f64| {
             let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev);
             let noise = Tensor::rand([4], seed, dev);
-            let y = x.mul_scalar(scale).add(&noise).sub(&noise).pad(&[(1, 0)], shift).sum(&[], false);
+            let y = x.mul_scalar(scale).add(&noise).sub(&noise).pad(&[(1, 0)], shift).sum_all();
             (y.item_blocking::<f32>().unwrap(), noise.to_vec_blocking::<f32>().unwrap())
         };
         let before = dev.stats();
@@ -409,7 +409,7 @@ fn convolution_case(opts: tessera::ops::nn::Conv2dOptions, size: [usize; 4]) {
     let (x, w, b) = build(&cpu);
     let y = x.conv2d(&w, Some(&b), opts);
     let want = y.to_f64_vec_blocking().unwrap();
-    let grads = y.square().sum(&[], false).backward().unwrap();
+    let grads = y.square().sum_all().backward().unwrap();
     let (want_gx, want_gw) =
         (grads.get(&x).unwrap().to_f64_vec_blocking().unwrap(), grads.get(&w).unwrap().to_f64_vec_blocking().unwrap());
     for tiled in [true, false] {
@@ -428,7 +428,7 @@ fn convolution_case(opts: tessera::ops::nn::Conv2dOptions, size: [usize; 4]) {
         assert_eq!(kernels, if tiled { 2 } else { 3 }, "conv2d kernels with tiled={tiled}, {size:?}");
         let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(30);
         assert_close(&format!("conv2d tiled={tiled}"), &got, &want, tol);
-        let grads = y.square().sum(&[], false).backward().unwrap();
+        let grads = y.square().sum_all().backward().unwrap();
         let gx = grads.get(&x).unwrap().to_f64_vec_blocking().unwrap();
         let gw = grads.get(&w).unwrap().to_f64_vec_blocking().unwrap();
         assert_close(&format!("conv2d dx tiled={tiled}"), &gx, &want_gx, tol.scaled(20));
@@ -461,8 +461,8 @@ fn f16_softmax_and_norms_are_one_kernel_each() {
     let cpu = Device::reference();
     let (xc, wc, bc) = build(&cpu);
     let loss = |x: &Tensor, w: &Tensor, b: &Tensor| {
-        (x.softmax(-1).cast(DType::F32).square().sum(&[], false)
-            + x.layer_norm(Some(w), Some(b), 1e-5).cast(DType::F32).square().sum(&[], false))
+        (x.softmax(-1).cast(DType::F32).square().sum_all()
+            + x.layer_norm(Some(w), Some(b), 1e-5).cast(DType::F32).square().sum_all())
         .reshape(vec![1])
     };
     let (l, lc) = (loss(&x, &w, &b), loss(&xc, &wc, &bc));

@@ -40,7 +40,7 @@ fn matmul_shape_mismatch() {
         );
         assert_here(&e, line);
         // The error rides through later ops and keeps its origin.
-        let later = (c.relu() + 1.0).sum(&[], false);
+        let later = (c.relu() + 1.0).sum_all();
         let e2 = expect_err(&later);
         assert_here(&e2, line);
     }
@@ -119,7 +119,7 @@ fn dtype_mismatch() {
             (line!(), Tensor::where_(&a, &a, &a)),
             (line!(), a.index_select(0, &a)),
             (line!(), a.logical_not()),
-            (line!(), b.mean(&[], false)),
+            (line!(), b.mean_all()),
         ] {
             let e = expect_err(&t);
             assert!(matches!(e, Error::DType { .. }), "{e}");
@@ -168,7 +168,7 @@ fn other_bad_arguments_are_errors() {
             a.squeeze(0),
             a.clamp(1.0, 0.0),
             Tensor::arange(0.0, 1.0, 0.0, DType::F32, &d),
-            a.max(&[], false).reshape([0]),
+            a.max_all().reshape([0]),
             Tensor::zeros([0], DType::F32, &d).max(&[0], false),
             Tensor::concat(&[a.clone(), Tensor::ones([2, 3], DType::I32, &d)], 0),
             Tensor::stack(&[a.clone(), Tensor::ones([3, 2], DType::F32, &d)], 0),
@@ -197,7 +197,7 @@ fn errors_leave_the_device_usable() {
         common::record(&d);
         let a = Tensor::ones([2, 3], DType::F32, &d);
         let _ = expect_err(&a.matmul(&a));
-        let b = (&a * 3.0).sum(&[], false);
+        let b = (&a * 3.0).sum_all();
         assert_eq!(b.to_vec_blocking::<f32>().unwrap(), vec![18.0]);
     }
 }

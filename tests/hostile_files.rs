@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use tessera::io::gguf::{self, GgufFile, TensorData, Value};
 use tessera::io::{checkpoint, fuzz, safetensors};
 use tessera::nn::{Activation, Layer, Linear, Module, Sequential};
-use tessera::optim::{Adam, StepOptions};
+use tessera::optim::{Adam, Optimizer};
 use tessera::{quant, DType, Device, Error, Tensor};
 
 // ---- Allocation accounting ------------------------------------------------------------
@@ -138,14 +138,17 @@ fn valid_checkpoint(out: usize, poison: bool) -> Vec<u8> {
     let mut opt = Adam::new(1e-2);
     let x = Tensor::randn([5, 4], 9, &cpu);
     let loss = model.forward(&x).square().mean(&[0, 1], false);
-    tessera::optim::step_blocking(&mut model, &mut opt, &loss, &[], StepOptions::default()).unwrap();
+    opt.step(&mut model, &loss).unwrap();
     if poison {
-        let mut state = std::collections::HashMap::new();
-        for (n, t) in model.state_dict() {
-            let t = if n.ends_with("bias") { t.mul_scalar(f64::NAN) } else { t };
-            state.insert(n, t);
-        }
-        model.load_state_dict(&state).unwrap();
+        let state = model
+            .state_dict()
+            .into_iter()
+            .map(|(n, t)| {
+                let t = if n.ends_with("bias") { t.mul_scalar(f64::NAN) } else { t };
+                (n, t)
+            })
+            .collect();
+        model.load_state_dict(&state, true).unwrap();
     }
     let meta = BTreeMap::from([("step".to_string(), "1".to_string())]);
     pollster::block_on(checkpoint::to_bytes(&mut model, &mut opt, &meta)).unwrap()

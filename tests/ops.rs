@@ -195,7 +195,7 @@ fn where_and_cast() {
 #[test]
 fn reductions_over_axis_sets() {
     let cases: [(&[usize], &[isize]); 9] = [
-        (&[1], &[]),
+        (&[1], &[0]),
         (&[65, 70], &[1]), // many outputs, long rows: the narrow-workgroup tree
         (&[17, 3], &[0]),
         (&[17, 3], &[1]),
@@ -206,11 +206,7 @@ fn reductions_over_axis_sets() {
         (&[2, 3, 4, 5], &[1, 3]),
     ];
     for (k, (shape, axes)) in cases.iter().enumerate() {
-        let len: usize = if axes.is_empty() {
-            shape.iter().product()
-        } else {
-            axes.iter().map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize]).product()
-        };
+        let len: usize = axes.iter().map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize]).product();
         let tol = Tol::for_dtype(DType::F32).scaled(len);
         check_with(&format!("reduce {shape:?} {axes:?}"), Some(tol), |d| {
             let x = rand_t(shape, k as u64, -2.0, 2.0, d);
@@ -227,22 +223,37 @@ fn reductions_over_axis_sets() {
             ]
         });
     }
+    // Every element at once: the `_all` forms (a scalar), on a rank-3 and a rank-0 input.
+    check_with("reduce all", Some(Tol::for_dtype(DType::F32).scaled(105)), |d| {
+        let x = rand_t(&[3, 5, 7], 9, -2.0, 2.0, d);
+        let s = Tensor::scalar(2.5, DType::F32, d);
+        vec![
+            x.sum_all(),
+            x.mean_all(),
+            x.max_all(),
+            x.min_all(),
+            x.var_all(),
+            x.argmax_all(),
+            x.argmin_all(),
+            s.sum_all(),
+        ]
+    });
     check("reduce int and bool", |d| {
         let i = Tensor::from_slice(&[3i32, -1, 4, -1, 5, 9, -2, 6], [2, 4], d);
         let u = Tensor::from_slice(&[3u32, 1, 4, 1, 5, 9], [3, 2], d);
         vec![
             i.sum(&[1], false),
             i.max(&[0], false),
-            i.min(&[], false),
+            i.min_all(),
             i.argmax(&[1], false),
             u.sum(&[0], false),
             u.max(&[1], false),
-            i.gt_scalar(0.0).sum(&[], false),
+            i.gt_scalar(0.0).sum_all(),
         ]
     });
     check("reduce ties take the first index", |d| {
         let x = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 0.0, -1.0, -1.0], [2, 3], d);
-        vec![x.argmax(&[1], false), x.argmin(&[1], false), x.argmax(&[], false)]
+        vec![x.argmax(&[1], false), x.argmin(&[1], false), x.argmax_all()]
     });
 }
 
@@ -407,7 +418,7 @@ fn matmul_shapes() {
         let (y4, w4) = (rand_t(&[16, 12], 11, -1.0, 1.0, d), rand_t(&[20, 12], 12, -1.0, 1.0, d));
         vec![
             (x.matmul(&w.t()) + 1.0).relu(),
-            x.exp().matmul(&w.t().exp()).sum(&[], false),
+            x.exp().matmul(&w.t().exp()).sum_all(),
             x.t().matmul(&x),
             b.transpose(-1, -2).matmul(&b),
             b.matmul(&b.transpose(1, 2)),
@@ -444,7 +455,7 @@ fn empty_tensors_work() {
         vec![
             &e + 1.0,
             e.sum(&[0], false),
-            e.sum(&[], false),
+            e.sum_all(),
             e.mean(&[1], false),
             Tensor::concat(&[e.clone(), x.clone()], 0),
             e.matmul(&Tensor::ones([3, 4], DType::F32, d)),

@@ -165,6 +165,6 @@ fn quantised_tensors_refuse_what_they_cannot_do() {
         let odd = Tensor::from_quantized(DType::Q4_0, [3, 20], &[0u8; 36], &d);
         assert!(odd.check().is_err());
         // The device is still fine.
-        assert_eq!(w.cast(DType::F32).sum(&[], false).to_vec_blocking::<f32>().unwrap().len(), 1);
+        assert_eq!(w.cast(DType::F32).sum_all().to_vec_blocking::<f32>().unwrap().len(), 1);
     }
 }

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 use tessera::io::checkpoint;
 use tessera::nn::{loss, Activation, Flatten, Layer, Linear, Module, Sequential};
-use tessera::optim::{Adam, StepOptions};
+use tessera::optim::{Adam, Optimizer, StepOptions};
 use tessera::{DType, Device, DeviceOptions, Error, Tensor};
 
 /// A private device on the first adapter (so options and faults stay in this test);
@@ -100,8 +100,8 @@ fn batch(step: u64, dev: &Device) -> (Tensor, Tensor) {
 fn train_step(model: &mut Sequential, opt: &mut Adam, step: u64, dev: &Device) -> tessera::Result<f64> {
     let (x, y) = batch(step, dev);
     let l = loss::cross_entropy(&model.forward(&x), &y);
-    let r = tessera::optim::step_blocking(model, opt, &l, &[], StepOptions::default())?;
-    Ok(r.values[0][0])
+    let r = opt.step_with(model, &l, StepOptions::default())?;
+    Ok(r.loss.unwrap_or(f64::NAN))
 }
 
 fn params(model: &mut Sequential) -> Vec<Vec<f32>> {
@@ -195,7 +195,7 @@ const KILL_DIR: &str = "TESSERA_KILL_DIR";
 fn big_model(dev: &Device, value: f64) -> Sequential {
     let mut m = Sequential::new().add(Linear::new(512, 512, true, 1, dev)).add(Linear::new(512, 256, true, 2, dev));
     let state = m.state_dict().into_iter().map(|(n, t)| (n, t.full_like(value))).collect();
-    m.load_state_dict(&state).unwrap();
+    m.load_state_dict(&state, true).unwrap();
     m
 }
 
@@ -332,12 +332,12 @@ fn soak(dev: &Device) {
         let x = Tensor::from_slice(&data.images_f32(&idx), [64, 784], &dev);
         let y = Tensor::from_slice(&data.labels_i32(&idx), [64], &dev);
         let l = loss::cross_entropy(&model.forward(&x), &y);
-        let r = tessera::optim::step_blocking(&mut model, &mut opt, &l, &[], StepOptions::default()).unwrap();
+        let r = opt.step_with(&mut model, &l, StepOptions::default()).unwrap();
         let held = dev.stats().bytes_allocated;
         if s == 0 {
-            first = r.values[0][0];
+            first = r.loss.unwrap();
         }
-        last = r.values[0][0];
+        last = r.loss.unwrap();
         if s + 1 == warm {
             at_warm = held;
         }

@@ -32,14 +32,14 @@ fn train(dev: &Device, model: &mut Sequential, opt: &mut dyn Optimizer, steps: s
     for k in steps {
         let (x, y) = batch(dev, k % 4);
         let l = loss::cross_entropy(&model.forward(&x), &y);
-        let r = optim::step_blocking(model, opt, &l, &[], StepOptions::default())
-            .unwrap_or_else(|e| panic!("step on {}: {e}", label(dev)));
-        losses.push(r.values[0][0]);
+        let loss = opt.step(model, &l).unwrap_or_else(|e| panic!("step on {}: {e}", label(dev)));
+        losses.push(loss);
     }
     losses
 }
 
-/// One step of `model` on `(x, y)` with dynamic loss scaling.
+/// One step of `model` on `(x, y)` with dynamic loss scaling (the forward pass in the
+/// caller's autocast scope, if any).
 fn scaled_step(
     model: &mut Sequential,
     opt: &mut Adam,
@@ -48,7 +48,7 @@ fn scaled_step(
     y: &Tensor,
 ) -> tessera::Result<optim::StepResult> {
     let l = loss::cross_entropy(&model.forward(x), y);
-    optim::step_blocking(model, opt, &l, &[], StepOptions { scaler: Some(scaler), ..Default::default() })
+    opt.step_with(model, &l, StepOptions { scaler: Some(scaler), ..Default::default() })
 }
 
 fn params(model: &mut Sequential) -> Vec<Vec<f64>> {
@@ -94,12 +94,11 @@ fn run_opt(opt: &mut dyn Optimizer, steps: usize) -> Vec<f64> {
         name: String::new(),
         weight: Tensor::from_f64(&[1.0, -2.0], [1, 2], DType::F32, &dev).requires_grad(),
         bias: None,
-        compute_dtype: DType::F32,
     };
     let c = Tensor::from_f64(&[0.5, -3.0], [1, 2], DType::F32, &dev);
     for _ in 0..steps {
         let l = model.weight.mul(&c).sum_all();
-        optim::step_blocking(&mut model, opt, &l, &[], StepOptions::default()).unwrap();
+        opt.step(&mut model, &l).unwrap();
     }
     model.weight.to_f64_vec_blocking().unwrap()
 }
@@ -199,7 +198,7 @@ fn schedules_clipping_and_loss_scaling() {
 #[test]
 fn module_state_names_and_modes() {
     let dev = Device::reference();
-    let mut m = mlp(&dev);
+    let m = mlp(&dev);
     let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
     assert_eq!(m.num_parameters(), 8 * 16 + 16 + 16 * 3 + 3);
@@ -211,7 +210,7 @@ fn module_state_names_and_modes() {
     let per_channel = y.mean(&[0, 2, 3], false).to_vec_blocking::<f32>().unwrap();
     assert!(per_channel.iter().all(|v| v.abs() < 1e-5), "normalised in training: {per_channel:?}");
     let st = bn.state_dict();
-    let rm = st.iter().find(|(n, _)| n == "running_mean").unwrap().1.to_vec_blocking::<f32>().unwrap();
+    let rm = st.get("running_mean").unwrap().to_vec_blocking::<f32>().unwrap();
     let mean = x.mean(&[0, 2, 3], false).to_vec_blocking::<f32>().unwrap();
     assert_close(
         "running mean",
@@ -320,18 +319,17 @@ fn mixed_precision_trains_with_f32_master_weights() {
     let _s = serial();
     for dev in &devices() {
         common::record(dev);
-        let mut model = Sequential::new()
-            .add(Linear { compute_dtype: DType::F16, ..Linear::new(8, 16, true, 1, dev) })
-            .add(Activation::Relu)
-            .add(Linear { compute_dtype: DType::F16, ..Linear::new(16, 3, true, 2, dev) });
+        let mut model = mlp(dev);
         let mut opt = Adam::new(0.05);
         let mut scaler = GradScaler::new(1024.0);
         let mut losses = Vec::new();
         for k in 0..30 {
             let (x, y) = batch(dev, k % 4);
+            // Mixed precision is a scope around the step, not a field of the layers.
+            let _half = tessera::autocast(DType::F16);
             let r = scaled_step(&mut model, &mut opt, &mut scaler, &x, &y)
                 .unwrap_or_else(|e| panic!("f16 step on {}: {e}", label(dev)));
-            losses.push(r.values[0][0]);
+            losses.push(r.loss.unwrap());
         }
         assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F32), "master weights stay f32");
         let last = losses[26..].iter().sum::<f64>() / 4.0;

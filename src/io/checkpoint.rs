@@ -129,7 +129,7 @@ pub fn from_bytes(
     }
     let steps: u64 = md.get("tessera.optim.steps").and_then(|s| s.parse().ok()).unwrap_or(0);
     let lr: Option<f64> = md.get("tessera.optim.lr").and_then(|s| s.parse().ok());
-    model.load_state_dict(&model_state)?;
+    model.load_state_dict(&crate::nn::StateDict::from(model_state), true)?;
     opt.set_steps(steps);
     if let Some(lr) = lr {
         opt.set_lr(lr);

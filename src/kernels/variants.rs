@@ -135,7 +135,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
             ]);
         }
     }
-    out.push(m.sum(&[], false));
+    out.push(m.sum_all());
     out.extend([f.softmax(-1), long.log_softmax(-1), f.var(&[0], false), (f.exp() * 2.0).sum(&[1], false)]);
     // Matmul per operand dtype, batched with broadcasting.
     let a = Tensor::rand([2, 3, 4], 5, &d);

@@ -4,7 +4,7 @@
 
 #[cfg_attr(target_arch = "wasm32", allow(unused_imports))]
 use crate::io::safetensors::{self, TensorFile};
-use crate::nn::{Embedding, LayerNorm, Linear, Module, Slot};
+use crate::nn::{Embedding, LayerNorm, Linear, Module, Visitor, VisitorMut};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// The fields of a Hugging Face `config.json` that BERT needs.
@@ -225,7 +225,7 @@ impl BertModel {
         let mut inputs = Vec::new();
         let _ = self.forward_inner(ids, mask, Some(&mut inputs));
         let m = mask.unsqueeze(-1);
-        let count = mask.sum(&[], false).maximum_scalar(1.0);
+        let count = mask.sum_all().maximum_scalar(1.0);
         let stats: Vec<Tensor> = inputs.iter().map(|x| (x.square() * &m).sum(&[0, 1], false) / &count).collect();
         let vals = crate::tensor::read_all(&stats).await?;
         Ok(vals.into_iter().map(|v| v.into_iter().map(|x| x as f32 + 1e-8).collect()).collect())
@@ -289,26 +289,39 @@ impl BertModel {
     }
 }
 
+/// Hugging Face's names: each loaded layer carries its full path, so the children are
+/// visited under those (`encoder.layer.3.attention.self.query.weight`).
 impl Module for BertModel {
-    // Loaded layers carry their full names, so the prefix is theirs.
-    fn slots<'a>(&'a mut self, _prefix: &str, out: &mut Vec<Slot<'a>>) {
-        let n = self.word.name.clone();
-        self.word.slots(&n, out);
-        let n = self.position.name.clone();
-        self.position.slots(&n, out);
-        let n = self.token_type.name.clone();
-        self.token_type.slots(&n, out);
+    fn visit(&self, v: &mut dyn Visitor) {
+        for e in [&self.word, &self.position, &self.token_type] {
+            v.module(&e.name, e);
+        }
+        v.module(&self.emb_ln.name, &self.emb_ln);
+        for l in &self.layers {
+            for m in [&l.query, &l.key, &l.value, &l.attn_out, &l.inter, &l.out] {
+                v.module(&m.name, m);
+            }
+            v.module(&l.attn_ln.name, &l.attn_ln);
+            v.module(&l.out_ln.name, &l.out_ln);
+        }
+    }
+
+    fn visit_mut<'a>(&'a mut self, v: &mut dyn VisitorMut<'a>) {
+        for e in [&mut self.word, &mut self.position, &mut self.token_type] {
+            let n = e.name.clone();
+            v.module(&n, e);
+        }
         let n = self.emb_ln.name.clone();
-        self.emb_ln.slots(&n, out);
+        v.module(&n, &mut self.emb_ln);
         for l in &mut self.layers {
             for m in [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.inter, &mut l.out] {
                 let n = m.name.clone();
-                m.slots(&n, out);
+                v.module(&n, m);
             }
             let n = l.attn_ln.name.clone();
-            l.attn_ln.slots(&n, out);
+            v.module(&n, &mut l.attn_ln);
             let n = l.out_ln.name.clone();
-            l.out_ln.slots(&n, out);
+            v.module(&n, &mut l.out_ln);
         }
     }
 }

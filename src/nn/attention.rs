@@ -1,56 +1,86 @@
 //! Multi-head attention and the transformer encoder layer.
 
-use super::{join, Activation, Dropout, Layer, LayerNorm, Linear, Module, Slot};
-use crate::{Device, Tensor};
+use super::{init, Activation, Dropout, Layer, LayerNorm, Linear, Module};
+use crate::{DType, Device, Tensor};
 
-/// Multi-head self- or cross-attention with separate q/k/v/out projections.
-#[derive(Clone, Debug)]
+/// Multi-head self- or cross-attention, laid out as PyTorch's `nn.MultiheadAttention`
+/// so its state dicts load as they are: the q, k and v projections stacked in
+/// `in_proj_weight` `[3·dim, dim]` and `in_proj_bias` `[3·dim]`, then `out_proj`.
+/// Inputs are batch-first, `[batch, seq, dim]` (PyTorch's `batch_first=True`).
+#[derive(Clone, Debug, Module)]
 pub struct MultiHeadAttention {
-    pub q_proj: Linear,
-    pub k_proj: Linear,
-    pub v_proj: Linear,
+    pub in_proj_weight: Tensor,
+    pub in_proj_bias: Option<Tensor>,
     pub out_proj: Linear,
     pub heads: usize,
 }
 
 impl MultiHeadAttention {
-    /// `dim` split over `heads` (must divide).
+    /// `dim` split over `heads`, which must be at least 1 and divide `dim`; otherwise
+    /// the layer carries an error that every forward pass returns.
+    #[track_caller]
     pub fn new(dim: usize, heads: usize, seed: u64, dev: &Device) -> MultiHeadAttention {
+        let loc = std::panic::Location::caller();
+        let in_proj_weight = if heads == 0 || dim % heads != 0 {
+            let detail = format!("heads ({heads}) must be at least 1 and divide dim ({dim})");
+            let e = crate::Error::InvalidArgument { op: "MultiHeadAttention", detail, location: loc };
+            Tensor::failed(e, DType::F32, dev)
+        } else {
+            // PyTorch: xavier_uniform_ over the stacked [3·dim, dim] matrix.
+            init::xavier_uniform(&[3 * dim, dim], seed, dev).requires_grad()
+        };
         MultiHeadAttention {
-            q_proj: Linear::new(dim, dim, true, seed, dev),
-            k_proj: Linear::new(dim, dim, true, seed + 1, dev),
-            v_proj: Linear::new(dim, dim, true, seed + 2, dev),
+            in_proj_weight,
+            in_proj_bias: Some(Tensor::zeros([3 * dim], DType::F32, dev).requires_grad()),
             out_proj: Linear::new(dim, dim, true, seed + 3, dev),
-            heads: heads.max(1),
+            heads,
         }
     }
 
     /// Attend from `x` `[B, T, D]` to `context` `[B, S, D]` (self-attention when the same
-    /// tensor). `mask` is a Bool keep-mask broadcastable to `[B, H, T, S]`.
+    /// tensor). `mask` is a Bool keep-mask or a float bias broadcastable to `[B, H, T, S]`.
+    #[track_caller]
     pub fn attend(&self, x: &Tensor, context: &Tensor, mask: Option<&Tensor>, causal: bool) -> Tensor {
-        let d = x.dims();
-        if d.len() != 3 {
-            return x.reshape(vec![0, 0, 0, 0]); // carries a shape error
+        let loc = std::panic::Location::caller();
+        let bad_rank = |t: &Tensor, what: &str| {
+            let e = crate::Error::Shape {
+                op: "MultiHeadAttention",
+                shapes: vec![t.dims().to_vec()],
+                detail: format!("{what} must be [batch, seq, dim] (rank 3), got rank {}", t.rank()),
+                location: loc,
+            };
+            Tensor::failed(e, t.dtype(), t.device())
+        };
+        if x.rank() != 3 {
+            return bad_rank(x, "the query input");
         }
-        let (b, t, dim) = (d[0], d[1], d[2]);
-        let s = context.dims().get(1).copied().unwrap_or(0);
+        if context.rank() != 3 {
+            return bad_rank(context, "the key/value input");
+        }
+        if let Some(e) = self.in_proj_weight.error() {
+            return Tensor::failed(e.clone(), x.dtype(), x.device());
+        }
+        let (b, t, dim) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+        let s = context.dims()[1];
         let h = self.heads;
-        let hd = dim / h;
+        let hd = dim / h.max(1);
+        let proj = |y: &Tensor, part: usize, parts: usize| {
+            let w = self.in_proj_weight.narrow(0, part * dim, parts * dim);
+            let b = self.in_proj_bias.as_ref().map(|b| b.narrow(0, part * dim, parts * dim));
+            Linear { name: String::new(), weight: w, bias: b }.forward(y)
+        };
         let split = |y: Tensor, n: usize| y.reshape(vec![b, n, h, hd]).permute(&[0, 2, 1, 3]);
-        let q = split(self.q_proj.forward(x), t);
-        let k = split(self.k_proj.forward(context), s);
-        let v = split(self.v_proj.forward(context), s);
+        let (q, k, v) = if x.id() == context.id() {
+            // Self-attention: one product for q, k and v.
+            let qkv = proj(x, 0, 3);
+            (qkv.narrow(-1, 0, dim), qkv.narrow(-1, dim, dim), qkv.narrow(-1, 2 * dim, dim))
+        } else {
+            let kv = proj(context, 1, 2);
+            (proj(x, 0, 1), kv.narrow(-1, 0, dim), kv.narrow(-1, dim, dim))
+        };
+        let (q, k, v) = (split(q, t), split(k, s), split(v, s));
         let o = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, causal);
         self.out_proj.forward(&o.permute(&[0, 2, 1, 3]).reshape(vec![b, t, dim]))
-    }
-}
-
-impl Module for MultiHeadAttention {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        self.q_proj.slots(&join(prefix, "q_proj"), out);
-        self.k_proj.slots(&join(prefix, "k_proj"), out);
-        self.v_proj.slots(&join(prefix, "v_proj"), out);
-        self.out_proj.slots(&join(prefix, "out_proj"), out);
     }
 }
 
@@ -62,8 +92,9 @@ impl Layer for MultiHeadAttention {
 
 /// A transformer encoder layer as PyTorch's `TransformerEncoderLayer`: self-attention
 /// and a feed-forward block, each with a residual, dropout and layer norm (after the
-/// block by default, before it with `norm_first`).
-#[derive(Clone, Debug)]
+/// block by default, before it with `norm_first`). Its state dict has PyTorch's names
+/// (`self_attn.in_proj_weight`, `linear1.weight`, `norm2.bias`, ...). Batch-first.
+#[derive(Clone, Debug, Module)]
 pub struct TransformerEncoderLayer {
     pub self_attn: MultiHeadAttention,
     pub linear1: Linear,
@@ -105,20 +136,6 @@ impl TransformerEncoderLayer {
             let x = self.norm1.forward(&x.add(&attn(x)));
             self.norm2.forward(&x.add(&ff(&x)))
         }
-    }
-}
-
-impl Module for TransformerEncoderLayer {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        self.self_attn.slots(&join(prefix, "self_attn"), out);
-        self.linear1.slots(&join(prefix, "linear1"), out);
-        self.linear2.slots(&join(prefix, "linear2"), out);
-        self.norm1.slots(&join(prefix, "norm1"), out);
-        self.norm2.slots(&join(prefix, "norm2"), out);
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.dropout.set_training(training);
     }
 }
 

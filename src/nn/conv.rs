@@ -1,13 +1,13 @@
 //! Convolution, pooling and batch normalisation layers.
 
-use super::{init, join, Layer, Module, Slot};
+use super::{init, Layer, Module, Role, Visitor, VisitorMut};
 use crate::ops::nn::Conv2dOptions;
 use crate::{no_grad, DType, Device, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// 2-D convolution over `[N, C, H, W]` with weight `[O, C/groups, KH, KW]`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
@@ -25,12 +25,6 @@ impl Conv2d {
     }
 }
 
-impl Module for Conv2d {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
-    }
-}
-
 impl Layer for Conv2d {
     fn forward(&self, x: &Tensor) -> Tensor {
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
@@ -39,7 +33,7 @@ impl Layer for Conv2d {
 
 /// 2-D transposed convolution over `[N, C, H, W]` with weight `[C, O/groups, KH, KW]`
 /// (PyTorch's `ConvTranspose2d`): the upsampling adjoint of [`Conv2d`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct ConvTranspose2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
@@ -60,12 +54,6 @@ impl ConvTranspose2d {
     }
 }
 
-impl Module for ConvTranspose2d {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
-    }
-}
-
 impl Layer for ConvTranspose2d {
     fn forward(&self, x: &Tensor) -> Tensor {
         x.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options, self.output_padding)
@@ -73,7 +61,7 @@ impl Layer for ConvTranspose2d {
 }
 
 /// Max pooling with a square window.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct MaxPool2d {
     pub kernel: usize,
     pub stride: usize,
@@ -87,10 +75,6 @@ impl MaxPool2d {
     }
 }
 
-impl Module for MaxPool2d {
-    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
-}
-
 impl Layer for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Tensor {
         x.max_pool2d(self.kernel, self.stride, self.padding)
@@ -98,7 +82,7 @@ impl Layer for MaxPool2d {
 }
 
 /// Average pooling with a square window.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct AvgPool2d {
     pub kernel: usize,
     pub stride: usize,
@@ -110,10 +94,6 @@ impl AvgPool2d {
     pub fn new(k: usize) -> AvgPool2d {
         AvgPool2d { kernel: k, stride: k, padding: 0 }
     }
-}
-
-impl Module for AvgPool2d {
-    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
 }
 
 impl Layer for AvgPool2d {
@@ -152,13 +132,18 @@ impl BatchNorm2d {
 }
 
 impl Module for BatchNorm2d {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-        out.push(Slot { name: join(prefix, "bias"), tensor: &mut self.bias, trainable: true });
-        let rm = self.running_mean.get_mut().unwrap_or_else(|e| e.into_inner());
-        out.push(Slot { name: join(prefix, "running_mean"), tensor: rm, trainable: false });
-        let rv = self.running_var.get_mut().unwrap_or_else(|e| e.into_inner());
-        out.push(Slot { name: join(prefix, "running_var"), tensor: rv, trainable: false });
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.tensor("weight", &self.weight, Role::Parameter);
+        v.tensor("bias", &self.bias, Role::Parameter);
+        v.tensor("running_mean", &self.running_mean.lock().unwrap_or_else(|e| e.into_inner()), Role::Buffer);
+        v.tensor("running_var", &self.running_var.lock().unwrap_or_else(|e| e.into_inner()), Role::Buffer);
+    }
+
+    fn visit_mut<'a>(&'a mut self, v: &mut dyn VisitorMut<'a>) {
+        v.tensor("weight", &mut self.weight, Role::Parameter);
+        v.tensor("bias", &mut self.bias, Role::Parameter);
+        v.tensor("running_mean", self.running_mean.get_mut().unwrap_or_else(|e| e.into_inner()), Role::Buffer);
+        v.tensor("running_var", self.running_var.get_mut().unwrap_or_else(|e| e.into_inner()), Role::Buffer);
     }
 
     fn set_training(&mut self, training: bool) {

@@ -1,23 +1,22 @@
 //! Dense layers: Linear, LayerNorm, RMSNorm, Embedding, Dropout, activations, Flatten
 //! and Sequential.
 
-use super::{init, join, Layer, Module, Slot};
+use super::{init, Layer, Module, Visitor, VisitorMut};
 use crate::io::safetensors::TensorFile;
 use crate::{DType, Device, Result, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `y = x W^T + b`, with `W` stored `[out, in]` as PyTorch stores it. The weight may be
 /// f32, f16 (activations are cast to f16 for the product) or Q8_0/Q4_0 (dequantised as
-/// the matmul loads its tiles; the product is f32). With `compute_dtype` F16 an f32
-/// weight is cast to f16 for the product (mixed precision, f32 master weights).
-#[derive(Clone, Debug)]
+/// the matmul loads its tiles; the product is f32). Inside [`crate::autocast`] an f32
+/// weight is cast to the autocast dtype for the product (mixed precision, f32 master
+/// weights).
+#[derive(Clone, Debug, Module)]
 pub struct Linear {
     /// The prefix this layer was loaded under (empty for layers built with `new`).
     pub name: String,
     pub weight: Tensor,
     pub bias: Option<Tensor>,
-    /// Dtype the product runs in (`F32` by default).
-    pub compute_dtype: DType,
 }
 
 impl Linear {
@@ -25,21 +24,21 @@ impl Linear {
     pub fn new(in_features: usize, out_features: usize, bias: bool, seed: u64, dev: &Device) -> Linear {
         let weight = init::torch_default(&[out_features, in_features], in_features, seed, dev).requires_grad();
         let bias = bias.then(|| init::torch_default(&[out_features], in_features, seed ^ 0xb1a5, dev).requires_grad());
-        Linear { name: String::new(), weight, bias, compute_dtype: DType::F32 }
+        Linear { name: String::new(), weight, bias }
     }
 
     /// Take `<prefix>.weight` and, if present, `<prefix>.bias` from a file.
     pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Linear> {
         let weight = file.take(&format!("{prefix}.weight"))?;
         let bias = file.tensors.remove(&format!("{prefix}.bias"));
-        Ok(Linear { name: prefix.to_string(), weight, bias, compute_dtype: DType::F32 })
+        Ok(Linear { name: prefix.to_string(), weight, bias })
     }
 
     /// Apply to `x` of shape `[.., in]`.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let wdt = self.weight.dtype();
-        let half = wdt == DType::F16 || (self.compute_dtype == DType::F16 && wdt == DType::F32);
+        let half = wdt == DType::F16 || (crate::autocast::dtype() == Some(DType::F16) && wdt == DType::F32);
         // Flatten leading axes: one 2-D product instead of a batch of them.
         let (lead, inner) = x.dims().split_at(x.rank().saturating_sub(1));
         let x2 = if x.rank() > 2 { x.reshape(vec![lead.iter().product(), inner[0]]) } else { x.clone() };
@@ -64,12 +63,6 @@ impl Linear {
     }
 }
 
-impl Module for Linear {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        super::weight_and_bias(prefix, &mut self.weight, self.bias.as_mut(), out);
-    }
-}
-
 impl Layer for Linear {
     fn forward(&self, x: &Tensor) -> Tensor {
         Linear::forward(self, x)
@@ -77,7 +70,7 @@ impl Layer for Linear {
 }
 
 /// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * weight + bias`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct LayerNorm {
     pub name: String,
     pub weight: Tensor,
@@ -113,13 +106,6 @@ impl LayerNorm {
     }
 }
 
-impl Module for LayerNorm {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-        out.push(Slot { name: join(prefix, "bias"), tensor: &mut self.bias, trainable: true });
-    }
-}
-
 impl Layer for LayerNorm {
     fn forward(&self, x: &Tensor) -> Tensor {
         LayerNorm::forward(self, x)
@@ -127,7 +113,7 @@ impl Layer for LayerNorm {
 }
 
 /// RMS normalisation over the last axis with a learned scale.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct RMSNorm {
     pub weight: Tensor,
     pub eps: f64,
@@ -140,12 +126,6 @@ impl RMSNorm {
     }
 }
 
-impl Module for RMSNorm {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
-    }
-}
-
 impl Layer for RMSNorm {
     fn forward(&self, x: &Tensor) -> Tensor {
         x.rms_norm(Some(&self.weight), self.eps)
@@ -154,7 +134,7 @@ impl Layer for RMSNorm {
 
 /// A lookup table `[num, dim]`: ids of any shape give `[.., dim]`. The table may be
 /// quantised; rows come out f32.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Module)]
 pub struct Embedding {
     pub name: String,
     pub weight: Tensor,
@@ -178,12 +158,6 @@ impl Embedding {
         let mut shape = ids.dims().to_vec();
         shape.push(dim);
         self.weight.index_select(0, &ids.flatten()).reshape(shape)
-    }
-}
-
-impl Module for Embedding {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        out.push(Slot { name: join(prefix, "weight"), tensor: &mut self.weight, trainable: true });
     }
 }
 
@@ -232,7 +206,8 @@ impl Clone for Dropout {
 }
 
 impl Module for Dropout {
-    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+    fn visit(&self, _v: &mut dyn Visitor) {}
+    fn visit_mut<'a>(&'a mut self, _v: &mut dyn VisitorMut<'a>) {}
     fn set_training(&mut self, training: bool) {
         self.training.store(training, Ordering::Relaxed);
     }
@@ -276,7 +251,8 @@ impl Activation {
 }
 
 impl Module for Activation {
-    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
+    fn visit(&self, _v: &mut dyn Visitor) {}
+    fn visit_mut<'a>(&'a mut self, _v: &mut dyn VisitorMut<'a>) {}
 }
 
 impl Layer for Activation {
@@ -286,12 +262,8 @@ impl Layer for Activation {
 }
 
 /// `[N, ...]` to `[N, prod(...)]`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct Flatten;
-
-impl Module for Flatten {
-    fn slots<'a>(&'a mut self, _prefix: &str, _out: &mut Vec<Slot<'a>>) {}
-}
 
 impl Layer for Flatten {
     fn forward(&self, x: &Tensor) -> Tensor {
@@ -320,17 +292,13 @@ impl Sequential {
     }
 }
 
+/// Layers named by position, as PyTorch's `Sequential` (`0.weight`, `2.bias`).
 impl Module for Sequential {
-    fn slots<'a>(&'a mut self, prefix: &str, out: &mut Vec<Slot<'a>>) {
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.slots(&join(prefix, &i.to_string()), out);
-        }
+    fn visit(&self, v: &mut dyn Visitor) {
+        self.layers.visit(v);
     }
-
-    fn set_training(&mut self, training: bool) {
-        for l in &mut self.layers {
-            l.set_training(training);
-        }
+    fn visit_mut<'a>(&'a mut self, v: &mut dyn VisitorMut<'a>) {
+        self.layers.visit_mut(v);
     }
 }
 

@@ -5,7 +5,7 @@ use crate::{DType, Tensor};
 /// Mean squared error.
 #[track_caller]
 pub fn mse(pred: &Tensor, target: &Tensor) -> Tensor {
-    pred.sub(target).square().mean(&[], false)
+    pred.sub(target).square().mean_all()
 }
 
 /// Options of [`cross_entropy_with`].
@@ -47,7 +47,7 @@ pub fn cross_entropy_with(logits: &Tensor, targets: &Tensor, o: CrossEntropy) ->
     let _ = c;
     match keep {
         Some(k) => per.mul(&k).sum_all().div(&k.sum_all().maximum_scalar(1.0)),
-        None => per.mean(&[], false),
+        None => per.mean_all(),
     }
 }
 
@@ -57,7 +57,7 @@ pub fn cross_entropy_with(logits: &Tensor, targets: &Tensor, o: CrossEntropy) ->
 pub fn bce_with_logits(logits: &Tensor, targets: &Tensor) -> Tensor {
     let x = logits;
     let y = targets.cast(x.dtype());
-    x.relu().sub(&x.mul(&y)).add(&x.abs().neg().exp().add_scalar(1.0).log()).mean(&[], false)
+    x.relu().sub(&x.mul(&y)).add(&x.abs().neg().exp().add_scalar(1.0).log()).mean_all()
 }
 
 /// Distillation loss: `KL(softmax(teacher/T) || softmax(student/T)) * T^2`, averaged over

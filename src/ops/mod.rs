@@ -75,9 +75,6 @@ pub(crate) fn axis(op: &'static str, t: &Tensor, a: isize, loc: Loc) -> Result<u
 
 /// Resolve a list of axes (empty means all), rejecting repeats.
 pub(crate) fn axes(op: &'static str, t: &Tensor, list: &[isize], loc: Loc) -> Result<Vec<usize>> {
-    if list.is_empty() {
-        return Ok((0..t.rank()).collect());
-    }
     let mut out = Vec::with_capacity(list.len());
     for &a in list {
         let x = axis(op, t, a, loc)?;

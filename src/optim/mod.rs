@@ -27,6 +27,21 @@ pub trait Optimizer: crate::nn::MaybeSync {
     fn steps(&self) -> u64;
     /// Restore the update count (from a checkpoint).
     fn set_steps(&mut self, steps: u64);
+
+    /// One training step on `model` from `loss` (PyTorch's `loss.backward()`,
+    /// `opt.step()` and `opt.zero_grad()`, as one realisation): returns the loss.
+    /// Blocks (native only); [`step_async`] works everywhere.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn step(&mut self, model: &mut dyn Module, loss: &Tensor) -> Result<f64> {
+        let r = pollster::block_on(step_async(model, self, loss, StepOptions::default()))?;
+        Ok(r.loss.unwrap_or(f64::NAN))
+    }
+
+    /// [`Optimizer::step`] with clipping, loss scaling, extra reads or no waiting.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn step_with(&mut self, model: &mut dyn Module, loss: &Tensor, options: StepOptions<'_>) -> Result<StepResult> {
+        pollster::block_on(step_async(model, self, loss, options))
+    }
 }
 
 fn gated(apply: Option<&Tensor>, new: Tensor, old: &Tensor) -> Tensor {
@@ -204,8 +219,7 @@ impl Optimizer for Adam {
 /// them) for the trainable slots of `model`.
 pub fn load_state(opt: &mut dyn Optimizer, model: &mut dyn Module, state: &HashMap<String, Tensor>) -> Result<()> {
     // Create the state entries with a zero-learning-rate dry update, then overwrite them.
-    let mut slots = Vec::new();
-    model.slots("", &mut slots);
+    let mut slots = model.slots();
     let mut fake = Gradients::default();
     for s in slots.iter().filter(|s| s.trainable) {
         fake.insert(s.tensor, s.tensor.zeros_like());
@@ -277,6 +291,61 @@ impl LrSchedule {
     }
 }
 
+impl LrSchedule {
+    /// A constant rate.
+    pub fn constant(base: f64) -> LrSchedule {
+        LrSchedule { base, warmup: 0, kind: Schedule::Constant }
+    }
+
+    /// Cosine from `base` down to `min_lr` over `total` steps, after `warmup` linear ones.
+    pub fn cosine(base: f64, warmup: u64, total: u64, min_lr: f64) -> LrSchedule {
+        LrSchedule { base, warmup, kind: Schedule::Cosine { total, min_lr } }
+    }
+
+    /// `base`, multiplied by `gamma` every `every` steps.
+    pub fn step_decay(base: f64, every: u64, gamma: f64) -> LrSchedule {
+        LrSchedule { base, warmup: 0, kind: Schedule::Step { every, gamma } }
+    }
+}
+
+/// A learning-rate scheduler that owns its schedule, as PyTorch's `lr_scheduler`: it
+/// sets the optimiser's rate when made (for the optimiser's next step, so a resumed run
+/// continues where it was) and again after each `step()`.
+///
+/// ```
+/// use tessera::optim::{Adam, LrSchedule, LrScheduler, Optimizer};
+/// let mut opt = Adam::new(1e-3);
+/// let mut sched = LrScheduler::new(LrSchedule::cosine(1e-3, 10, 100, 0.0), &mut opt);
+/// assert_eq!(opt.lr(), 1e-4); // warm-up, step 0
+/// sched.step(&mut opt);       // after each training step
+/// assert_eq!(opt.lr(), 2e-4);
+/// ```
+#[derive(Clone, Debug)]
+pub struct LrScheduler {
+    pub schedule: LrSchedule,
+    step: u64,
+}
+
+impl LrScheduler {
+    /// Take over `opt`'s learning rate from its current step count.
+    pub fn new(schedule: LrSchedule, opt: &mut dyn Optimizer) -> LrScheduler {
+        let step = opt.steps();
+        opt.set_lr(schedule.lr_at(step));
+        LrScheduler { schedule, step }
+    }
+
+    /// Advance one step and set the rate of the next.
+    pub fn step(&mut self, opt: &mut dyn Optimizer) {
+        self.step += 1;
+        opt.set_lr(self.schedule.lr_at(self.step));
+    }
+
+    /// The rate it set last.
+    pub fn last_lr(&self) -> f64 {
+        self.schedule.lr_at(self.step)
+    }
+}
+
 /// Sum of squares of every gradient (lazy scalar).
 pub fn grad_sq_norm(grads: &Gradients) -> Option<Tensor> {
     let parts: Vec<Tensor> = grads.tensors().iter().map(|g| g.cast(crate::DType::F32).square().sum_all()).collect();
@@ -338,17 +407,20 @@ impl GradScaler {
     }
 }
 
-/// What [`step`] does besides the update.
+/// What a training step does besides the update.
 #[derive(Default)]
 pub struct StepOptions<'a> {
-    /// Clip the global gradient norm to this.
+    /// Clip the global gradient norm to this (after unscaling).
     pub clip_norm: Option<f64>,
     /// Clamp gradient elements into `[-v, v]`.
     pub clip_value: Option<f64>,
-    /// Dynamic loss scaling (mixed precision).
+    /// Dynamic loss scaling for mixed precision (with [`crate::autocast`]).
     pub scaler: Option<&'a mut GradScaler>,
-    /// Do not wait for the GPU: the step is submitted, the loss and `read` tensors are
-    /// realised but not read back (`values` is empty; read the tensors later), so the
+    /// More tensors to compute and read in the same realisation (an accuracy, say):
+    /// their values come back in [`StepResult::values`].
+    pub read: &'a [Tensor],
+    /// Do not wait for the device: the step is submitted, the loss and `read` tensors are
+    /// realised but not read back (`loss` is `None`; read the tensors later), so the
     /// next step's graph is built while this one runs. Ignored with a `scaler`, which
     /// must see whether the gradients were finite.
     pub no_sync: bool,
@@ -357,25 +429,27 @@ pub struct StepOptions<'a> {
 /// The outcome of one training step.
 #[derive(Clone, Debug)]
 pub struct StepResult {
-    /// Values of the tensors asked to be read (the loss first, then `read`).
+    /// The loss, unless the step was not synchronised (`no_sync`).
+    pub loss: Option<f64>,
+    /// Values of the `read` tensors, in order (empty when not synchronised).
     pub values: Vec<Vec<f64>>,
     /// False when the step was skipped for non-finite gradients.
     pub applied: bool,
 }
 
 /// One training step: backward from `loss`, optional clipping and loss scaling, the
-/// optimiser update, then ONE realisation of the loss, the `read` tensors, every new
-/// parameter, buffer and optimiser state. Afterwards the slots hold fresh leaves (the
-/// graph of this step is released).
-pub async fn step(
+/// optimiser's update, then ONE realisation of the loss, the `read` tensors, every new
+/// parameter, buffer and optimiser state. Afterwards the module holds fresh leaves (the
+/// graph of this step is released). [`Optimizer::step`] and [`Optimizer::step_with`]
+/// are the blocking forms; this one works everywhere, the browser included.
+pub async fn step_async<O: Optimizer + ?Sized>(
     model: &mut dyn Module,
-    opt: &mut dyn Optimizer,
+    opt: &mut O,
     loss: &Tensor,
-    read: &[Tensor],
     o: StepOptions<'_>,
 ) -> Result<StepResult> {
     loss.check()?;
-    let StepOptions { clip_norm, clip_value, scaler, no_sync } = o;
+    let StepOptions { clip_norm, clip_value, scaler, read, no_sync } = o;
     let scale = scaler.as_ref().map(|s| s.scale);
     let mut grads = match scale {
         Some(s) => loss.mul_scalar(s).backward()?,
@@ -391,8 +465,7 @@ pub async fn step(
     if let Some(max) = clip_norm {
         clip_grad_norm(&mut grads, max);
     }
-    let mut slots = Vec::new();
-    model.slots("", &mut slots);
+    let mut slots = model.slots();
     opt.update(&mut slots, &grads, finite.as_ref())?;
     drop(grads);
     let mut keep: Vec<Tensor> = slots.iter().map(|s| s.tensor.clone()).collect();
@@ -424,17 +497,6 @@ pub async fn step(
     for (_, t) in opt.state() {
         *t = t.detach();
     }
-    Ok(StepResult { values, applied })
-}
-
-/// [`step`], blocking (native only).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn step_blocking(
-    model: &mut dyn Module,
-    opt: &mut dyn Optimizer,
-    loss: &Tensor,
-    read: &[Tensor],
-    o: StepOptions<'_>,
-) -> Result<StepResult> {
-    pollster::block_on(step(model, opt, loss, read, o))
+    let loss = (!values.is_empty()).then(|| values.remove(0).first().copied().unwrap_or(f64::NAN));
+    Ok(StepResult { loss, values, applied })
 }

@@ -84,14 +84,6 @@ impl JsTensor {
     fn map(&self, f: impl FnOnce(&Tensor) -> Tensor) -> Result<JsTensor, JsError> {
         JsTensor::wrap(f(&self.tensor()?))
     }
-
-    fn axes(&self, axes: &JsValue) -> Result<Vec<isize>, JsError> {
-        if axes.is_undefined() || axes.is_null() {
-            Ok((0..self.tensor()?.rank() as isize).collect())
-        } else {
-            js::isizes(axes, "axes")
-        }
-    }
 }
 
 fn dtype_or(dtype: Option<String>, default: DType) -> Result<DType, JsError> {
@@ -448,18 +440,21 @@ impl JsTensor {
 // invocation `///` becomes a raw string, which wasm-bindgen would copy into the .d.ts
 // with its `r"` prefix.
 macro_rules! reductions {
-    ($($(#[doc = $doc:literal])* $name:ident;)*) => {
+    ($($(#[doc = $doc:literal])* $name:ident, $all:ident;)*) => {
         #[wasm_bindgen(js_class = Tensor)]
         impl JsTensor {
             $(
                 $(#[doc = $doc])*
-                #[doc = "`axes`: a number, an array, or undefined for all axes."]
+                #[doc = "`axes`: a number, a non-empty array, or undefined for every element (a scalar)."]
                 pub fn $name(
                     &self,
                     #[wasm_bindgen(unchecked_param_type = "number | number[] | undefined")] axes: JsValue,
                     keepdim: Option<bool>,
                 ) -> Result<JsTensor, JsError> {
-                    let axes = self.axes(&axes)?;
+                    if axes.is_undefined() || axes.is_null() {
+                        return self.map(|t| t.$all());
+                    }
+                    let axes = js::isizes(&axes, "axes")?;
                     self.map(|t| t.$name(&axes, keepdim.unwrap_or(false)))
                 }
             )*
@@ -469,19 +464,19 @@ macro_rules! reductions {
 
 reductions! {
     #[doc = "Sum over axes."]
-    sum;
+    sum, sum_all;
     #[doc = "Mean over axes."]
-    mean;
+    mean, mean_all;
     #[doc = "Maximum over axes."]
-    max;
+    max, max_all;
     #[doc = "Minimum over axes."]
-    min;
-    #[doc = "Index of the maximum over axes (i32)."]
-    argmax;
+    min, min_all;
+    #[doc = "Index of the maximum over axes (i32; over every element, counted row-major)."]
+    argmax, argmax_all;
     #[doc = "Index of the minimum over axes (i32)."]
-    argmin;
-    #[doc = "Population variance over axes."]
-    var;
+    argmin, argmin_all;
+    #[doc = "Unbiased variance over axes (PyTorch's default correction of 1)."]
+    var, var_all;
 }
 
 macro_rules! unary {

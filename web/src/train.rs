@@ -78,7 +78,7 @@ impl Model {
     /// The number of trainable values.
     #[wasm_bindgen(getter, js_name = parameterCount)]
     pub fn parameter_count(&self) -> Result<f64, JsError> {
-        let mut m = self.inner.try_borrow_mut().map_err(|_| JsError::new(BUSY))?;
+        let m = self.inner.try_borrow().map_err(|_| JsError::new(BUSY))?;
         Ok(m.num_parameters() as f64)
     }
 
@@ -110,16 +110,16 @@ impl Model {
             let logits = m.forward(&x);
             let loss = loss::cross_entropy(&logits, &y);
             let r =
-                tessera::optim::step(&mut *m, &mut **o, &loss, &[], StepOptions::default()).await.map_err(js_err)?;
-            let value = r.values.first().and_then(|v| v.first()).copied().unwrap_or(f64::NAN);
-            Ok(JsValue::from_f64(value))
+                tessera::optim::step_async(&mut *m, &mut **o, &loss, StepOptions::default()).await.map_err(js_err)?;
+            Ok(JsValue::from_f64(r.loss.unwrap_or(f64::NAN)))
         }))
     }
 
     /// The parameters as a safetensors file.
     #[wasm_bindgen(unchecked_return_type = "Promise<Uint8Array>")]
     pub fn save(&self) -> Result<js_sys::Promise, JsError> {
-        let params = self.inner.try_borrow_mut().map_err(|_| JsError::new(BUSY))?.state_dict();
+        let params: Vec<_> =
+            self.inner.try_borrow().map_err(|_| JsError::new(BUSY))?.state_dict().into_iter().collect();
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let bytes = tessera::io::safetensors::to_bytes(&params, &Default::default()).await.map_err(js_err)?;
             Ok(js_sys::Uint8Array::from(&bytes[..]).into())
@@ -133,8 +133,10 @@ impl Model {
     ) -> Result<(), JsError> {
         let data = js::bytes(&bytes, "bytes")?;
         let file = tessera::io::safetensors::load_bytes(&data, &device()?).map_err(js_err)?;
-        let state = file.tensors.into_iter().collect();
-        self.inner.try_borrow_mut().map_err(|_| JsError::new(BUSY))?.load_state_dict(&state).map_err(js_err)
+        let state: tessera::nn::StateDict = file.tensors.into_iter().collect();
+        let mut model = self.inner.try_borrow_mut().map_err(|_| JsError::new(BUSY))?;
+        model.load_state_dict(&state, true).map_err(js_err)?;
+        Ok(())
     }
 }
 
