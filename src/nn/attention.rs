@@ -21,7 +21,7 @@ impl MultiHeadAttention {
     #[track_caller]
     pub fn new(dim: usize, heads: usize, seed: u64, dev: &Device) -> MultiHeadAttention {
         let loc = std::panic::Location::caller();
-        let in_proj_weight = if heads == 0 || dim % heads != 0 {
+        let in_proj_weight = if heads == 0 || !dim.is_multiple_of(heads) {
             let detail = format!("heads ({heads}) must be at least 1 and divide dim ({dim})");
             let e = crate::Error::InvalidArgument { op: "MultiHeadAttention", detail, location: loc };
             Tensor::failed(e, DType::F32, dev)
