@@ -6,9 +6,9 @@
 
 mod common;
 use common::model_dir;
-use tessera::models::bert::{self, check_memory_within, estimate_memory, SentenceEmbedder};
+use tessera::models::bert::{self, check_memory, check_memory_within, estimate_memory, SentenceEmbedder};
 use tessera::quant;
-use tessera::{DType, Device};
+use tessera::{DType, Device, DeviceOptions};
 
 fn fixture() -> serde_json::Value {
     serde_json::from_str(include_str!("fixtures/minilm_reference.json")).unwrap()
@@ -88,6 +88,22 @@ fn memory_over_the_limits_is_refused_before_loading() {
     }
     let e = check_memory_within(&cfg, 8, 128, DType::F32, &d, Some(50_000_000)).unwrap_err();
     assert!(e.to_string().contains("weights") && e.to_string().contains("50000000"), "{e}");
+    // The device's own budget, with the K/M/G suffixes TESSERA_MEMORY_LIMIT accepts, is
+    // what check_memory holds a model to (a GPU device and the CPU backend alike).
+    let budget = tessera::device::parse_bytes("50M");
+    assert_eq!(budget, Some(50 << 20));
+    let mut devices = vec![Device::with_options(DeviceOptions {
+        adapter: Some("cpu".into()),
+        memory_limit: budget,
+        ..Default::default()
+    })
+    .unwrap()];
+    devices.extend(common::private_gpu(DeviceOptions { memory_limit: budget, ..Default::default() }));
+    for dev in devices {
+        assert_eq!(dev.memory_limit(), budget, "{}", common::label(&dev));
+        let e = check_memory(&cfg, 8, 128, DType::F32, &dev).unwrap_err();
+        assert!(e.to_string().contains(&(50u64 << 20).to_string()), "{e}");
+    }
 }
 
 #[test]

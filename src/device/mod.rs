@@ -245,7 +245,8 @@ impl Device {
         let wanted = wanted.map(|w| w.trim().to_lowercase());
         let (placement, open_best) = match (wanted.as_deref(), options.adapter_index) {
             (Some("cpu"), _) => {
-                return Ok(Device::cpu_placed("chosen (TESSERA_ADAPTER or DeviceOptions::adapter is \"cpu\")".into()))
+                let why = "chosen (TESSERA_ADAPTER or DeviceOptions::adapter is \"cpu\")";
+                return Ok(Device::cpu_placed(why.into(), Some(options)));
             }
             (Some("reference"), _) => return Ok(Device::reference()),
             (Some("gpu"), None) => ("chosen (\"gpu\": the best wgpu adapter of any kind)".to_string(), true),
@@ -255,13 +256,16 @@ impl Device {
                 let adapters = self::wgpu::list_adapters().await;
                 match adapters.iter().find(|a| is_hardware(a)) {
                     Some(a) => (format!("{} is a hardware GPU ({})", a.name, a.device_type), true),
-                    None => return Ok(Device::cpu_placed(match adapters.first() {
-                        Some(a) => format!(
-                            "{} is a software adapter; the CPU backend is faster here (TESSERA_ADAPTER=gpu picks it anyway)",
-                            if a.name.is_empty() { "the only adapter, a fallback one," } else { a.name.as_str() }
-                        ),
-                        None => "no GPU adapter found; the CPU backend runs here".into(),
-                    })),
+                    None => {
+                        let why = match adapters.first() {
+                            Some(a) => format!(
+                                "{} is a software adapter; the CPU backend is faster here (TESSERA_ADAPTER=gpu picks it anyway)",
+                                if a.name.is_empty() { "the only adapter, a fallback one," } else { a.name.as_str() }
+                            ),
+                            None => "no GPU adapter found; the CPU backend runs here".into(),
+                        };
+                        return Ok(Device::cpu_placed(why, Some(options)));
+                    }
                 }
             }
         };
@@ -334,7 +338,7 @@ impl Device {
     /// its own precision, matrix products through the `gemm` crate. What
     /// [`Device::new`] picks where the only GPU adapters are software ones.
     pub fn cpu() -> Device {
-        Device::cpu_placed("chosen (Device::cpu)".into())
+        Device::cpu_placed("chosen (Device::cpu)".into(), None)
     }
 
     /// The reference backend: every op computed in f64 by `src/reference/` and rounded
@@ -400,18 +404,19 @@ impl Device {
         matches!(self.0.backend, Backend::Reference { .. })
     }
 
-    fn cpu_placed(placement: String) -> Device {
+    fn cpu_placed(placement: String, options: Option<DeviceOptions>) -> Device {
         let threads = cpu::threads();
-        Device::host(format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" }), placement, Backend::Cpu)
+        let name = format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" });
+        Device::host(name, placement, Backend::Cpu, options)
     }
 
     fn reference_with(exact: bool) -> Device {
         let name = if exact { "reference (exact f64)" } else { "reference (f64, rounded per op)" };
-        Device::host(name.into(), "chosen (Device::reference)".into(), Backend::Reference { exact })
+        Device::host(name.into(), "chosen (Device::reference)".into(), Backend::Reference { exact }, None)
     }
 
     /// A device on the host: no binding or dispatch limits.
-    fn host(name: String, placement: String, backend: Backend) -> Device {
+    fn host(name: String, placement: String, backend: Backend, options: Option<DeviceOptions>) -> Device {
         let caps = Capabilities {
             shader_f16: true,
             subgroups: false,
@@ -437,7 +442,7 @@ impl Device {
             },
             backend,
             counters: Arc::new(Counters::default()),
-            options: None,
+            options,
         }))
     }
 
@@ -488,6 +493,17 @@ impl Device {
                     .map_err(|e| Error::DeviceLost(e.to_string()))
             }
             Backend::Cpu | Backend::Reference { .. } => Ok(()),
+        }
+    }
+
+    /// The memory budget in bytes (`DeviceOptions::memory_limit`, or
+    /// `TESSERA_MEMORY_LIMIT` with an optional K/M/G suffix), if one is set.
+    pub fn memory_limit(&self) -> Option<u64> {
+        match &self.0.backend {
+            Backend::Gpu(g) => g.pool.limit(),
+            Backend::Cpu | Backend::Reference { .. } => {
+                self.0.options.as_ref().and_then(|o| o.memory_limit).or_else(|| DeviceOptions::from_env().memory_limit)
+            }
         }
     }
 

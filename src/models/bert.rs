@@ -83,12 +83,11 @@ impl MemoryEstimate {
 
 /// Check a forward pass at `batch` × `seq` fits `device` before anything is loaded:
 /// every buffer within the binding limit and the total within `max_buffer_size` (or
-/// `TESSERA_MEMORY_LIMIT` bytes, where set). Returns the estimate, or `Error::Limit`.
+/// the device's memory budget: `DeviceOptions::memory_limit` or `TESSERA_MEMORY_LIMIT`,
+/// in bytes or with a K/M/G suffix as the device reads it). Returns the estimate, or
+/// `Error::Limit`.
 pub fn check_memory(c: &BertConfig, batch: usize, seq: usize, dtype: DType, device: &Device) -> Result<MemoryEstimate> {
-    #[cfg(not(target_arch = "wasm32"))]
-    let budget = std::env::var("TESSERA_MEMORY_LIMIT").ok().and_then(|v| v.parse::<u64>().ok());
-    #[cfg(target_arch = "wasm32")]
-    let budget: Option<u64> = None;
+    let budget = device.memory_limit();
     check_memory_within(c, batch, seq, dtype, device, budget)
 }
 

@@ -73,6 +73,11 @@ impl BufferPool {
         self.0.limit.store(bytes.unwrap_or(0), Ordering::Relaxed);
     }
 
+    /// The memory budget, if one is set.
+    pub fn limit(&self) -> Option<u64> {
+        Some(self.0.limit.load(Ordering::Relaxed)).filter(|&b| b > 0)
+    }
+
     /// Bytes of buffers held, in use or free.
     pub fn held(&self) -> u64 {
         self.0.held.load(Ordering::Relaxed)
