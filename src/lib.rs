@@ -65,3 +65,9 @@ pub use tensor::read_all_blocking;
 pub use tensor::{read_all, Tensor};
 /// The wgpu this crate is built on (for [`Device::from_wgpu`] and [`Device::wgpu`]).
 pub use wgpu;
+
+/// README's Rust examples, compiled and run by `cargo test --doc` so what README shows
+/// keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
