@@ -1,5 +1,10 @@
-//! The GPU executor: render the schedule (or replay it), plan buffers, encode every dispatch into one
-//! command encoder, submit once, and read back only what was asked for.
+//! The GPU executor: render the schedule (or replay it), plan buffers, encode every
+//! dispatch into one command encoder, submit once, and read back only what was asked
+//! for. A kernel over a tensor larger than one storage binding runs as several
+//! dispatches over windows (`plan_dispatches`): element-wise kernels and gathers by
+//! windows of their output or of a large input, reductions by blocks of rows or window
+//! by window of their input, matrix products by row blocks; what cannot split is an
+//! `Error::Limit` naming the kernel.
 
 use super::plan;
 use super::pool::PooledBuffer;
@@ -13,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 /// One dispatch of a kernel: its meta words, the byte range bound of its output and of
 /// each input, and its workgroups. A kernel is one dispatch over whole buffers, or, when
-/// a tensor it touches exceeds the storage binding limit and it is an element-wise
-/// kernel, one dispatch per window of its output.
+/// a tensor it touches exceeds the storage binding limit, one dispatch per window (see
+/// the module docs).
 struct Dispatch {
     meta: Vec<u32>,
     out: (u64, u64),
@@ -127,8 +132,9 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
             }]);
             continue;
         }
-        // Only element-wise kernels split, and only inputs read at the output's own
-        // index can be windowed; anything else too large is a clear error.
+        // Products split by rows; element-wise kernels and reductions by windows of
+        // their output (inputs read at the output's own index windowed with it) or of
+        // one large gathered input; anything else too large is a clear error.
         let limit_err = |t: &Tensor, role: &str| {
             Error::Limit {
             what: format!(
