@@ -220,7 +220,10 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
-    if g == 1 && ck <= DIRECT_MAX_CK {
+    // On the host (the CPU backend and the reference) products are cheap and gathers
+    // are not: every convolution is im2col plus one product per image.
+    let host = x.device().is_cpu();
+    if g == 1 && ck <= DIRECT_MAX_CK && !host {
         // Few input channels: each output is a short dot product, computed directly as a
         // reduction over the window (no thin matmul).
         let cols = cols.reshape(vec![n, 1, ck, oh * ow]);
@@ -231,7 +234,7 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
         });
     }
     let wm = w.reshape(vec![g, oc / g, ck]);
-    let y = if oh * ow >= PER_IMAGE_MIN_PIXELS {
+    let y = if oh * ow >= PER_IMAGE_MIN_PIXELS || host {
         // Large images: one product per image and group, [O/g, C/g*K] @ [C/g*K, OH*OW],
         // whose result is already NCHW (no transposes on either side).
         let cols = cols.reshape(vec![n, g, ck, oh * ow]);
