@@ -113,8 +113,9 @@ pub fn record(dev: &Device) {
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().split('-').next().unwrap_or("").to_string()))
         .unwrap_or_default();
     use std::io::Write;
+    // One write per line: tests append from several threads at once.
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = writeln!(f, "{bin}\t{}", label(dev));
+        let _ = f.write_all(format!("{bin}\t{}\n", label(dev)).as_bytes());
     }
 }
 
