@@ -316,7 +316,7 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
                     let s = x.sigmoid();
                     g.mul(&s.mul(&x.mul(&s.neg().add_scalar(1.0)).add_scalar(1.0)))
                 }
-                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Not => return vec![None],
+                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Not => return vec![None],
                 UnaryOp::Recip => g.mul(&y.mul(y)).neg(),
             })
         }

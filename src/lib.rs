@@ -42,6 +42,7 @@ pub mod io;
 pub mod kernels;
 pub mod models;
 pub mod nn;
+pub mod onnx;
 pub mod ops;
 pub mod optim;
 pub mod prelude;

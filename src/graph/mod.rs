@@ -32,6 +32,8 @@ pub enum UnaryOp {
     Silu,
     Floor,
     Ceil,
+    /// Round to nearest, halves to even.
+    Round,
     Recip,
     /// Logical not of a mask.
     Not,

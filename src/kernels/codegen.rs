@@ -796,6 +796,8 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Silu => format!("{x} / (1.0 + exp(-{x}))"),
         UnaryOp::Floor => format!("floor({x})"),
         UnaryOp::Ceil => format!("ceil({x})"),
+        // WGSL's round() takes halves to even.
+        UnaryOp::Round => format!("round({x})"),
         UnaryOp::Recip => format!("1.0 / {x}"),
         UnaryOp::Not => format!("!{x}"),
     }

@@ -57,6 +57,8 @@ unary_methods! {
     floor => Floor;
     /// Round up.
     ceil => Ceil;
+    /// Round to the nearest integer, halves to even (as `numpy.round`).
+    round => Round;
     /// `1 / x`.
     recip => Recip;
     /// Logical not of a mask.

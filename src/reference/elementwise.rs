@@ -43,6 +43,7 @@ pub fn unary(u: UnaryOp, x: f64, dt: DType) -> f64 {
         UnaryOp::Silu => x * sig(x),
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
         UnaryOp::Recip => 1.0 / x,
         UnaryOp::Not => b(x == 0.0),
     }

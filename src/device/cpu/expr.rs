@@ -820,6 +820,7 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Silu => map1(&mut v, |x| x * sigmoid(x)),
                 UnaryOp::Floor => map1(&mut v, f32::floor),
                 UnaryOp::Ceil => map1(&mut v, f32::ceil),
+                UnaryOp::Round => map1(&mut v, f32::round_ties_even),
                 UnaryOp::Recip => map1(&mut v, |x| 1.0 / x),
                 UnaryOp::Not => map1(&mut v, |x| if x == 0.0 { 1.0 } else { 0.0 }),
             }
