@@ -61,7 +61,7 @@ enum Cmd {
         /// Write the names of the passing cases here.
         #[arg(long)]
         write_passing: Option<PathBuf>,
-        /// Only cases whose name contains this.
+        /// Only cases whose name contains one of these (comma-separated).
         #[arg(long)]
         filter: Option<String>,
         /// Absolute tolerance (default 1e-7, or meta.json's atol).
@@ -148,10 +148,21 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let (outs, values) = last.ok_or("no run")?;
             for (o, v) in outs.iter().zip(&values) {
                 let preview: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
-                println!("  {} {} {:?}: [{}{}]", o.name, o.elem, o.tensor.dims(), preview.join(", "), if v.len() > 6 { ", ..." } else { "" });
+                println!(
+                    "  {} {} {:?}: [{}{}]",
+                    o.name,
+                    o.elem,
+                    o.tensor.dims(),
+                    preview.join(", "),
+                    if v.len() > 6 { ", ..." } else { "" }
+                );
                 if let Some(dir) = &output_dir {
                     std::fs::create_dir_all(dir)?;
-                    let safe: String = o.name.chars().map(|c| if c.is_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+                    let safe: String = o
+                        .name
+                        .chars()
+                        .map(|c| if c.is_alphanumeric() || "._-".contains(c) { c } else { '_' })
+                        .collect();
                     write_npy(&dir.join(format!("{safe}.npy")), o.elem, o.tensor.dims(), v)?;
                 }
             }
@@ -185,7 +196,7 @@ fn test_dir(
     };
     cases.sort();
     if let Some(f) = filter {
-        cases.retain(|c| c.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(f)));
+        cases.retain(|c| c.file_name().and_then(|n| n.to_str()).is_some_and(|n| f.split(',').any(|p| n.contains(p))));
     }
     if cases.is_empty() {
         return Err(format!("no test cases (directories with model.onnx) under {}", dir.display()).into());
@@ -196,7 +207,9 @@ fn test_dir(
     for c in &cases {
         let name = c.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         // A real-model case may carry its own tolerances in meta.json.
-        let meta = std::fs::read_to_string(c.join("meta.json")).ok().and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
+        let meta = std::fs::read_to_string(c.join("meta.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
         let from_meta = |k: &str| meta.as_ref().and_then(|m| m.get(k)).and_then(|v| v.as_f64());
         let d = Tolerance::default();
         let tol = Tolerance {
@@ -206,12 +219,15 @@ fn test_dir(
         let start = Instant::now();
         let v = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| testcase::run_case_dir(c, dev, tol)))
             .unwrap_or_else(|p| {
-                let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                let msg =
+                    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
                 Verdict::Fail(format!("PANIC: {}", msg.unwrap_or_default()))
             });
         let ms = start.elapsed().as_secs_f64() * 1e3;
         match &v {
-            Verdict::Pass { max_abs_diff } if verbose => println!("pass        {name} (max |diff| {max_abs_diff:.2e}, {ms:.0} ms)"),
+            Verdict::Pass { max_abs_diff } if verbose => {
+                println!("pass        {name} (max |diff| {max_abs_diff:.2e}, {ms:.0} ms)")
+            }
             Verdict::Pass { .. } => {}
             Verdict::Fail(m) => println!("fail        {name}: {}", short(m)),
             Verdict::Unsupported(m) if verbose => println!("unsupported {name}: {}", short(m)),
@@ -238,15 +254,19 @@ fn test_dir(
         let listed: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
         let mut broken = Vec::new();
         for name in &listed {
-            if filter.is_some_and(|f| !name.contains(f)) {
+            if filter.is_some_and(|f| !f.split(',').any(|p| name.contains(p))) {
                 continue;
             }
             match verdicts.get(*name) {
                 Some(v) if v.is_pass() => {}
-                Some(v) => broken.push(format!("{name}: {} {}", v.kind(), match v {
-                    Verdict::Fail(m) | Verdict::Unsupported(m) => short(m),
-                    _ => String::new(),
-                })),
+                Some(v) => broken.push(format!(
+                    "{name}: {} {}",
+                    v.kind(),
+                    match v {
+                        Verdict::Fail(m) | Verdict::Unsupported(m) => short(m),
+                        _ => String::new(),
+                    }
+                )),
                 None => broken.push(format!("{name}: missing from {}", dir.display())),
             }
         }
@@ -286,7 +306,9 @@ fn read_npy(path: &Path) -> Result<HostTensor, Box<dyn std::error::Error>> {
     let (elem, data) = match (ts.type_char(), ts.size_field()) {
         (T::Float, 4) => (Elem::F32, HostData::F(npy.into_vec::<f32>()?.into_iter().map(f64::from).collect())),
         (T::Float, 8) => (Elem::F64, HostData::F(npy.into_vec::<f64>()?)),
-        (T::Float, 2) => (Elem::F16, HostData::F(npy.into_vec::<half::f16>()?.into_iter().map(|v| v.to_f64()).collect())),
+        (T::Float, 2) => {
+            (Elem::F16, HostData::F(npy.into_vec::<half::f16>()?.into_iter().map(|v| v.to_f64()).collect()))
+        }
         (T::Int, 8) => (Elem::I64, HostData::I(npy.into_vec::<i64>()?)),
         (T::Int, 4) => (Elem::I32, HostData::I(npy.into_vec::<i32>()?.into_iter().map(i64::from).collect())),
         (T::Int, 1) => (Elem::I8, HostData::I(npy.into_vec::<i8>()?.into_iter().map(i64::from).collect())),

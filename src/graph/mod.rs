@@ -6,6 +6,7 @@
 pub mod dot;
 pub mod schedule;
 pub mod signature;
+pub mod trace;
 
 use crate::{DType, Shape};
 

@@ -32,7 +32,9 @@ mod read;
 pub mod testcase;
 mod value;
 
-pub use export::{export, export_bytes};
+pub use export::OPSET as EXPORT_OPSET;
+#[cfg(not(target_arch = "wasm32"))]
+pub use export::{export, export_bytes, export_with};
 pub use read::{tensor_from_proto, Dim, IoInfo, MAX_DEPTH, MAX_NODES};
 pub use value::{Elem, HostData, HostTensor, Value};
 
@@ -113,7 +115,8 @@ impl OnnxModel {
         let path = path.as_ref();
         let bytes =
             std::fs::read(path).map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
-        let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).map(Path::to_path_buf);
+        let base =
+            path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).map(Path::to_path_buf);
         OnnxModel::load_inner(&bytes, base, dev, opts)
     }
 
@@ -122,7 +125,12 @@ impl OnnxModel {
         OnnxModel::load_inner(bytes, None, dev, opts)
     }
 
-    fn load_inner(bytes: &[u8], base: Option<std::path::PathBuf>, dev: &Device, opts: LoadOptions) -> Result<OnnxModel> {
+    fn load_inner(
+        bytes: &[u8],
+        base: Option<std::path::PathBuf>,
+        dev: &Device,
+        opts: LoadOptions,
+    ) -> Result<OnnxModel> {
         if let Some(w) = opts.weights {
             if !matches!(w, DType::F16 | DType::Q8_0 | DType::Q4_0) {
                 return Err(Error::InvalidArgument {
@@ -186,7 +194,8 @@ impl OnnxModel {
     /// Run on device tensors: the outputs are lazy, the whole graph one realisation.
     /// Integer inputs declared int64 are given as i32 tensors.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<Output>> {
-        let declared: HashMap<&str, Option<Elem>> = self.graph.inputs.iter().map(|i| (i.name.as_str(), i.elem)).collect();
+        let declared: HashMap<&str, Option<Elem>> =
+            self.graph.inputs.iter().map(|i| (i.name.as_str(), i.elem)).collect();
         let vals = inputs
             .iter()
             .map(|(k, t)| {
@@ -236,7 +245,11 @@ impl OnnxModel {
                 && d.iter().zip(&dims).all(|(want, &got)| !matches!(want, Dim::Fixed(w) if *w != got as u64));
             if !fits {
                 let want: Vec<String> = d.iter().map(|x| x.to_string()).collect();
-                return Err(arg(format!("input '{}' has shape {dims:?}, the model declares [{}]", decl.name, want.join(", "))));
+                return Err(arg(format!(
+                    "input '{}' has shape {dims:?}, the model declares [{}]",
+                    decl.name,
+                    want.join(", ")
+                )));
             }
         }
         if let Some(e) = decl.elem {
@@ -288,17 +301,20 @@ impl Scope<'_> {
 }
 
 /// Run `g` with `inputs` (and the enclosing scope), returning its outputs in order.
-fn run_graph(cx: &Cx, g: &Graph, inputs: HashMap<String, Value>, parent: Option<&Scope>, depth: usize) -> Result<Vec<Value>> {
+fn run_graph(
+    cx: &Cx,
+    g: &Graph,
+    inputs: HashMap<String, Value>,
+    parent: Option<&Scope>,
+    depth: usize,
+) -> Result<Vec<Value>> {
     let mut scope = Scope { vals: inputs, parent };
     for (k, v) in &g.consts {
         scope.vals.insert(k.clone(), v.clone());
     }
     for n in &g.nodes {
-        let ins: Vec<Option<Value>> = n
-            .inputs
-            .iter()
-            .map(|s| if s.is_empty() { None } else { scope.get(s).cloned() })
-            .collect();
+        let ins: Vec<Option<Value>> =
+            n.inputs.iter().map(|s| if s.is_empty() { None } else { scope.get(s).cloned() }).collect();
         if let Some(i) = n.inputs.iter().zip(&ins).position(|(s, v)| !s.is_empty() && v.is_none()) {
             return Err(at(n, value::fmt_err(format!("input '{}' has no value", n.inputs[i]))));
         }
@@ -328,28 +344,51 @@ fn run_graph(cx: &Cx, g: &Graph, inputs: HashMap<String, Value>, parent: Option<
     }
     g.outputs
         .iter()
-        .map(|o| scope.get(&o.name).cloned().ok_or_else(|| value::fmt_err(format!("graph output '{}' has no value", o.name))))
+        .map(|o| {
+            scope.get(&o.name).cloned().ok_or_else(|| value::fmt_err(format!("graph output '{}' has no value", o.name)))
+        })
         .collect()
 }
 
+/// `If`: a condition known on the host runs one branch. A computed condition runs both
+/// and selects element-wise (`where`), which keeps the run one lazy graph; that needs
+/// both branches to produce outputs of one shape.
 fn run_if(cx: &Cx, n: &Node, ins: &[Option<Value>], scope: &Scope, depth: usize) -> Result<Vec<Value>> {
-    let cond = ops_input(n, ins)?.as_host().ok_or_else(|| {
-        value::fmt_err(
-            "If's condition must be known before the graph runs (a constant, shape arithmetic or a host input such as \
-             a value given to run_values)",
-        )
-    })?;
-    if cond.numel() != 1 {
-        return Err(value::fmt_err("If's condition must hold one value"));
-    }
-    let branch = if cond.data.f(0) != 0.0 { "then_branch" } else { "else_branch" };
-    let Some(Attr::Graph(g)) = n.attrs.get(branch) else {
-        return Err(value::fmt_err(format!("If has no {branch}")));
-    };
     if depth >= read::MAX_DEPTH {
         return Err(value::fmt_err("subgraphs nested too deep"));
     }
-    run_graph(cx, g, HashMap::new(), Some(scope), depth + 1)
+    let branch = |name: &str| -> Result<Vec<Value>> {
+        let Some(Attr::Graph(g)) = n.attrs.get(name) else {
+            return Err(value::fmt_err(format!("If has no {name}")));
+        };
+        run_graph(cx, g, HashMap::new(), Some(scope), depth + 1)
+    };
+    let cond = ops_input(n, ins)?;
+    if cond.dims().iter().product::<usize>() != 1 {
+        return Err(value::fmt_err("If's condition must hold one value"));
+    }
+    if let Some(h) = cond.as_host() {
+        return branch(if h.data.f(0) != 0.0 { "then_branch" } else { "else_branch" });
+    }
+    let c = cx.t(cond, &n.inputs[0])?.reshape(Vec::<usize>::new());
+    let c = if c.dtype() == DType::Bool { c } else { c.ne_scalar(0.0) };
+    let (a, b) = (branch("then_branch")?, branch("else_branch")?);
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            if x.dims() != y.dims() {
+                return Err(value::fmt_err(format!(
+                    "If's condition is computed on the device and its branches give different shapes ({:?} and {:?}): \
+                     this needs the condition known before the run",
+                    x.dims(),
+                    y.dims()
+                )));
+            }
+            let (tx, ty) = (cx.t(x, "then")?, cx.t(y, "else")?);
+            let ty = if ty.dtype() != tx.dtype() { ty.cast(tx.dtype()) } else { ty };
+            Ok(Value::Device(Tensor::where_(&c, &tx, &ty), x.elem()))
+        })
+        .collect()
 }
 
 fn ops_input<'v>(n: &Node, ins: &'v [Option<Value>]) -> Result<&'v Value> {
@@ -386,9 +425,13 @@ fn info(m: &proto::ModelProto, g: &Graph, opset: i64) -> ModelInfo {
     ModelInfo {
         ir_version: m.ir_version.unwrap_or(0),
         opset,
-        producer: format!("{} {}", m.producer_name.as_deref().unwrap_or(""), m.producer_version.as_deref().unwrap_or(""))
-            .trim()
-            .to_string(),
+        producer: format!(
+            "{} {}",
+            m.producer_name.as_deref().unwrap_or(""),
+            m.producer_version.as_deref().unwrap_or("")
+        )
+        .trim()
+        .to_string(),
         inputs: g.inputs.clone(),
         outputs: g.outputs.clone(),
         nodes: ops.iter().map(|o| o.1).sum(),

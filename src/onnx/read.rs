@@ -371,7 +371,9 @@ impl<'a> Reader<'a> {
         let mut attrs = HashMap::new();
         for a in &n.attribute {
             let key = a.name.clone().unwrap_or_default();
-            let v = self.attr(a, scope, depth).map_err(|e| fmt_err(format!("node '{name}' ({op}) attribute '{key}': {}", detail(&e))))?;
+            let v = self
+                .attr(a, scope, depth)
+                .map_err(|e| fmt_err(format!("node '{name}' ({op}) attribute '{key}': {}", detail(&e))))?;
             attrs.insert(key, v);
         }
         Ok(Node { op, name, inputs: n.input.clone(), outputs: n.output.clone(), attrs, lower })
@@ -451,10 +453,11 @@ impl<'a> Reader<'a> {
 /// with external data is an error.
 pub fn tensor_from_proto(t: &proto::TensorProto, base: Option<&Path>) -> Result<HostTensor> {
     let code = t.data_type.unwrap_or(0);
-    let elem = Elem::from_proto(code).ok_or_else(|| fmt_err(format!("data type {} is not supported", type_name(code))))?;
+    let elem =
+        Elem::from_proto(code).ok_or_else(|| fmt_err(format!("data type {} is not supported", type_name(code))))?;
     let mut dims = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
-        if d < 0 || d > (1i64 << 40) {
+        if !(0..=(1i64 << 40)).contains(&d) {
             return Err(fmt_err(format!("dimension {d} in dims {:?}", t.dims)));
         }
         dims.push(d as usize);
@@ -468,11 +471,8 @@ pub fn tensor_from_proto(t: &proto::TensorProto, base: Option<&Path>) -> Result<
         .filter(|&n| n <= (1usize << 40))
         .ok_or_else(|| fmt_err(format!("dims {:?} hold too many elements", t.dims)))?;
     let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
-    let raw: Option<Vec<u8>> = if external {
-        Some(read_external(t, base, n.saturating_mul(byte_size(elem)))?)
-    } else {
-        t.raw_data.clone()
-    };
+    let raw: Option<Vec<u8>> =
+        if external { Some(read_external(t, base, n.saturating_mul(byte_size(elem)))?) } else { t.raw_data.clone() };
     let data = if let Some(raw) = raw {
         let size = byte_size(elem);
         if raw.len() as u128 != n as u128 * size as u128 {
@@ -546,7 +546,8 @@ pub fn byte_size(e: Elem) -> usize {
 fn read_external(t: &proto::TensorProto, base: Option<&Path>, expect: usize) -> Result<Vec<u8>> {
     let name = t.name.as_deref().unwrap_or("");
     let get = |k: &str| t.external_data.iter().find(|e| e.key.as_deref() == Some(k)).and_then(|e| e.value.clone());
-    let location = get("location").ok_or_else(|| fmt_err(format!("tensor '{name}': external data without a location")))?;
+    let location =
+        get("location").ok_or_else(|| fmt_err(format!("tensor '{name}': external data without a location")))?;
     let Some(base) = base else {
         return Err(fmt_err(format!(
             "tensor '{name}' keeps its data in the external file '{location}': load the model from its path, not from bytes"
@@ -561,7 +562,11 @@ fn read_external(t: &proto::TensorProto, base: Option<&Path>, expect: usize) -> 
     let parse = |k: &str| -> Result<Option<u64>> {
         match get(k) {
             None => Ok(None),
-            Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| fmt_err(format!("tensor '{name}': external data {k} '{v}'"))),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| fmt_err(format!("tensor '{name}': external data {k} '{v}'"))),
         }
     };
     let offset = parse("offset")?.unwrap_or(0);
@@ -586,7 +591,9 @@ fn read_external(t: &proto::TensorProto, base: Option<&Path>, expect: usize) -> 
 }
 
 fn type_name(code: i32) -> String {
-    proto::tensor_proto::DataType::try_from(code).map(|d| d.as_str_name().to_lowercase()).unwrap_or_else(|_| format!("#{code}"))
+    proto::tensor_proto::DataType::try_from(code)
+        .map(|d| d.as_str_name().to_lowercase())
+        .unwrap_or_else(|_| format!("#{code}"))
 }
 
 fn io_info(v: &proto::ValueInfoProto) -> IoInfo {
@@ -613,7 +620,12 @@ fn io_info(v: &proto::ValueInfoProto) -> IoInfo {
 
 /// Order nodes so each runs after its inputs' producers (Kahn's algorithm), reporting a
 /// cycle or a name nothing defines.
-fn sort(nodes: Vec<Node>, inputs: &[IoInfo], consts: &HashMap<String, Value>, outer: &HashSet<String>) -> Result<Vec<Node>> {
+fn sort(
+    nodes: Vec<Node>,
+    inputs: &[IoInfo],
+    consts: &HashMap<String, Value>,
+    outer: &HashSet<String>,
+) -> Result<Vec<Node>> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in n.outputs.iter().filter(|o| !o.is_empty()) {
@@ -622,7 +634,8 @@ fn sort(nodes: Vec<Node>, inputs: &[IoInfo], consts: &HashMap<String, Value>, ou
             }
         }
     }
-    let available = |s: &str| s.is_empty() || consts.contains_key(s) || inputs.iter().any(|x| x.name == s) || outer.contains(s);
+    let available =
+        |s: &str| s.is_empty() || consts.contains_key(s) || inputs.iter().any(|x| x.name == s) || outer.contains(s);
     // Inputs of a node, plus names its subgraphs read from this scope.
     let needs: Vec<Vec<usize>> = nodes
         .iter()

@@ -125,7 +125,12 @@ async fn run_set(m: &OnnxModel, set: &DataSet, tol: Tolerance) -> std::result::R
     for (k, (o, bytes)) in outs.iter().zip(&set.outputs).enumerate() {
         let (_, want) = decode_tensor(bytes).map_err(|e| classify(&e))?;
         if o.tensor.dims() != want.dims.as_slice() {
-            return Err(Verdict::Fail(format!("output {k} '{}': shape {:?}, expected {:?}", o.name, o.tensor.dims(), want.dims)));
+            return Err(Verdict::Fail(format!(
+                "output {k} '{}': shape {:?}, expected {:?}",
+                o.name,
+                o.tensor.dims(),
+                want.dims
+            )));
         }
         let exact = !want.elem.is_float();
         // 16-bit float outputs: at least four units in their last place, relative.
@@ -160,13 +165,16 @@ async fn run_set(m: &OnnxModel, set: &DataSet, tol: Tolerance) -> std::result::R
 /// Read a case directory: `model.onnx` and every `test_data_set_*`.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_case_dir(dir: &std::path::Path) -> Result<(Vec<u8>, Vec<DataSet>)> {
-    let io = |p: &std::path::Path, e: std::io::Error| Error::Io { path: p.display().to_string(), message: e.to_string() };
+    let io =
+        |p: &std::path::Path, e: std::io::Error| Error::Io { path: p.display().to_string(), message: e.to_string() };
     let model_path = dir.join("model.onnx");
     let model = std::fs::read(&model_path).map_err(|e| io(&model_path, e))?;
     let mut set_dirs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("test_data_set_")))
+        .filter(|p| {
+            p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("test_data_set_"))
+        })
         .collect();
     set_dirs.sort();
     let mut sets = Vec::new();
@@ -195,4 +203,31 @@ pub fn run_case_dir(dir: &std::path::Path, dev: &Device, tol: Tolerance) -> Verd
         Ok((model, sets)) => pollster::block_on(run_case(&model, &sets, dev, tol)),
         Err(e) => Verdict::Fail(e.to_string()),
     }
+}
+
+/// Serialize a host tensor as a `TensorProto` (what `input_K.pb` files hold).
+pub fn encode_tensor(name: &str, t: &HostTensor) -> Vec<u8> {
+    use super::value::{Elem, HostData};
+    let mut p = proto::TensorProto {
+        name: Some(name.to_string()),
+        dims: t.dims.iter().map(|&d| d as i64).collect(),
+        data_type: Some(t.elem.to_proto()),
+        ..Default::default()
+    };
+    let n = t.numel();
+    let raw: Vec<u8> = match (&t.data, t.elem) {
+        (HostData::F(v), Elem::F16) => v.iter().flat_map(|&x| half::f16::from_f64(x).to_le_bytes()).collect(),
+        (HostData::F(v), Elem::BF16) => v.iter().flat_map(|&x| half::bf16::from_f64(x).to_le_bytes()).collect(),
+        (HostData::F(v), Elem::F64) => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+        (HostData::F(v), _) => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        (HostData::I(v), e) => match super::read::byte_size(e) {
+            1 => v.iter().map(|&x| x as u8).collect(),
+            2 => v.iter().flat_map(|&x| (x as i16).to_le_bytes()).collect(),
+            4 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+        },
+    };
+    debug_assert_eq!(raw.len(), n * super::read::byte_size(t.elem));
+    p.raw_data = Some(raw);
+    p.encode_to_vec()
 }

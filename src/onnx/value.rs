@@ -220,7 +220,10 @@ impl HostTensor {
             return Err(fmt_err(format!("{} values for a tensor of shape {dims:?}", data.len())));
         }
         if elem.is_float() != matches!(data, HostData::F(_)) {
-            return Err(fmt_err(format!("{elem} tensor given {} data", if elem.is_float() { "integer" } else { "float" })));
+            return Err(fmt_err(format!(
+                "{elem} tensor given {} data",
+                if elem.is_float() { "integer" } else { "float" }
+            )));
         }
         Ok(HostTensor { elem, dims, data })
     }
@@ -276,7 +279,8 @@ impl HostTensor {
                 }
             }
         }
-        let all_same = self.numel() > 0 && (0..self.numel()).all(|i| self.data.f(i).to_bits() == self.data.f(0).to_bits());
+        let all_same =
+            self.numel() > 0 && (0..self.numel()).all(|i| self.data.f(i).to_bits() == self.data.f(0).to_bits());
         if all_same && self.numel() > 1 {
             return Ok(Tensor::full(self.data.f(0), self.dims.clone(), dt, dev));
         }

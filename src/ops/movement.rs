@@ -354,6 +354,9 @@ impl Tensor {
     }
 }
 
+/// Most inputs of one concatenation node.
+const CONCAT_FANIN: usize = 4;
+
 fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
     let Some(first) = tensors.first() else {
         return Tensor::failed(arg_err("concat", "no tensors given", loc), DType::F32, &crate::Device::cpu());
@@ -380,6 +383,12 @@ fn concat_at(tensors: &[Tensor], axis_: isize, loc: Loc) -> Tensor {
         }
         if tensors.len() == 1 {
             return Ok(first.clone());
+        }
+        // Many inputs: a tree of concatenations of at most CONCAT_FANIN each, so the
+        // scheduler can split a group that would read more buffers than a kernel binds.
+        if tensors.len() > CONCAT_FANIN {
+            let parts: Vec<Tensor> = tensors.chunks(CONCAT_FANIN).map(|c| concat_at(c, a as isize, loc)).collect();
+            return Ok(concat_at(&parts, a as isize, loc));
         }
         let mut d = first.dims().to_vec();
         d[a] = total;

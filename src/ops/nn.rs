@@ -3,6 +3,7 @@
 //! fuse like any other chain and their gradients come from the core rules.
 
 use super::{arg_err, precheck, shape_err, Loc};
+use crate::graph::trace::{self, Composite, Geometry};
 use crate::graph::{Op, Window};
 use crate::{DType, Result, Tensor};
 use std::panic::Location;
@@ -83,7 +84,11 @@ impl Tensor {
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2dOptions) -> Tensor {
         let loc = Location::caller();
-        self.lift(conv2d_impl(self, weight, bias, opts, loc))
+        let y = self.lift(conv2d_impl(self, weight, bias, opts, loc));
+        let mut ins = vec![self, weight];
+        ins.extend(bias);
+        trace::record(&y, Composite::Conv { geometry: geometry(weight, &opts), groups: opts.groups }, &ins);
+        y
     }
 
     /// 2-D transposed convolution (PyTorch's `conv_transpose2d`, the adjoint of
@@ -100,21 +105,30 @@ impl Tensor {
         output_padding: (usize, usize),
     ) -> Tensor {
         let loc = Location::caller();
-        self.lift(conv_transpose2d_impl(self, weight, bias, opts, output_padding, loc))
+        let y = self.lift(conv_transpose2d_impl(self, weight, bias, opts, output_padding, loc));
+        let mut ins = vec![self, weight];
+        ins.extend(bias);
+        let op = Composite::ConvTranspose { geometry: geometry(weight, &opts), groups: opts.groups, output_padding };
+        trace::record(&y, op, &ins);
+        y
     }
 
     /// Max pooling over `k x k` windows with `stride` (padding pads with -inf).
     #[track_caller]
     pub fn max_pool2d(&self, k: usize, stride: usize, padding: usize) -> Tensor {
         let loc = Location::caller();
-        self.lift(pool_impl(self, k, stride, padding, true, loc))
+        let y = self.lift(pool_impl(self, k, stride, padding, true, loc));
+        trace::record(&y, Composite::MaxPool { geometry: square(k, stride, padding) }, &[self]);
+        y
     }
 
     /// Average pooling over `k x k` windows with `stride` (zero padding counts).
     #[track_caller]
     pub fn avg_pool2d(&self, k: usize, stride: usize, padding: usize) -> Tensor {
         let loc = Location::caller();
-        self.lift(pool_impl(self, k, stride, padding, false, loc))
+        let y = self.lift(pool_impl(self, k, stride, padding, false, loc));
+        trace::record(&y, Composite::AvgPool { geometry: square(k, stride, padding) }, &[self]);
+        y
     }
 
     /// Layer normalisation over the last axis, with optional affine `weight` and `bias`.
@@ -182,6 +196,17 @@ impl Tensor {
         let loc = Location::caller();
         q.lift(sdpa_impl(q, k, v, mask, causal, true, loc))
     }
+}
+
+/// A convolution's geometry, for [`trace`].
+fn geometry(w: &Tensor, o: &Conv2dOptions) -> Geometry {
+    let k = if w.rank() == 4 { (w.dims()[2], w.dims()[3]) } else { (0, 0) };
+    Geometry { kernel: k, stride: o.stride, padding: o.padding, dilation: o.dilation }
+}
+
+/// A pooling window's geometry, for [`trace`].
+fn square(k: usize, stride: usize, padding: usize) -> Geometry {
+    Geometry { kernel: (k, k), stride: (stride, stride), padding: (padding, padding), dilation: (1, 1) }
 }
 
 /// Largest window (input channels x kernel area) convolved directly rather than by matmul.

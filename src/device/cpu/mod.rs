@@ -64,6 +64,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     let mut produced: HashMap<u64, Arc<CpuBuffer>> = HashMap::new();
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
     for (j, k) in sched.kernels.iter().enumerate() {
+        reserve(dev, k.root.dtype().storage_bytes(k.root.numel()))?;
         let out = {
             let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
                 let src = buffer_source(t, &sched.materialised).unwrap_or_else(|| t.clone());
@@ -111,6 +112,25 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
     }
     Ok((n_read > 0).then_some(out))
+}
+
+/// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
+/// ([`Device::memory_limit`]), or more than the allocator will grant. Tensors already
+/// computed stay valid.
+fn reserve(dev: &Device, bytes: u64) -> Result<()> {
+    let context = "cpu: a kernel's output".to_string();
+    if let Some(limit) = dev.memory_limit() {
+        let used = dev.0.counters.in_use.load(std::sync::atomic::Ordering::Relaxed);
+        if used.saturating_add(bytes) > limit {
+            return Err(Error::OutOfMemory { context, requested: bytes, available: Some(limit.saturating_sub(used)) });
+        }
+    }
+    // Probe the allocator so an impossible size is an error rather than an abort.
+    let mut probe: Vec<u8> = Vec::new();
+    match usize::try_from(bytes).ok().map(|b| probe.try_reserve_exact(b)) {
+        Some(Ok(())) => Ok(()),
+        _ => Err(Error::OutOfMemory { context, requested: bytes, available: None }),
+    }
 }
 
 /// The clock profile timestamps count from.

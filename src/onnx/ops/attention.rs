@@ -14,7 +14,7 @@ fn split_heads(n: &Node, t: Tensor, heads: usize) -> Result<Tensor> {
         return Ok(t);
     }
     let d = t.dims().to_vec();
-    if t.rank() != 3 || heads == 0 || d[2] % heads != 0 {
+    if t.rank() != 3 || heads == 0 || !d[2].is_multiple_of(heads) {
         return Err(n.err(format!("cannot split {d:?} into {heads} heads")));
     }
     Ok(t.reshape(vec![d[0], d[1], heads, d[2] / heads]).permute(&[0, 2, 1, 3]))
@@ -54,12 +54,20 @@ pub(crate) fn attention(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<
             return t.clone();
         }
         let d = t.dims().to_vec();
-        t.unsqueeze(2).broadcast_to(vec![d[0], kheads, heads / kheads, d[2], d[3]]).reshape(vec![d[0], heads, d[2], d[3]])
+        t.unsqueeze(2)
+            .broadcast_to(vec![d[0], kheads, heads / kheads, d[2], d[3]])
+            .reshape(vec![d[0], heads, d[2], d[3]])
     };
     let (kr, vr) = (repeat(&k), repeat(&v));
     let dt = q.dtype();
     // The user's mask as an additive bias (true = attend), padded to the keys with -inf.
-    let neg = |b: &Tensor| Tensor::where_(b, &Tensor::full(0.0, (), DType::F32, cx.dev), &Tensor::full(f64::NEG_INFINITY, (), DType::F32, cx.dev));
+    let neg = |b: &Tensor| {
+        Tensor::where_(
+            b,
+            &Tensor::full(0.0, (), DType::F32, cx.dev),
+            &Tensor::full(f64::NEG_INFINITY, (), DType::F32, cx.dev),
+        )
+    };
     let mut bias: Option<Tensor> = match opt(ins, 3) {
         Some(m) => {
             let t = cx.t(m, &n.inputs[3])?;

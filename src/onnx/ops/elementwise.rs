@@ -39,7 +39,8 @@ pub(crate) fn binary(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         }
         "BitShift" => {
             let p = cx.scalar(2.0, DType::F32).pow(&as_float(&y));
-            let r = if n.attr_str("direction", "") == "LEFT" { as_float(&x).mul(&p) } else { as_float(&x).div(&p).floor() };
+            let r =
+                if n.attr_str("direction", "") == "LEFT" { as_float(&x).mul(&p) } else { as_float(&x).div(&p).floor() };
             out(r.cast(x.dtype()))
         }
         "Equal" => mask(x.eq(&y)),
@@ -144,13 +145,19 @@ pub(crate) fn unary(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Valu
             let alpha = a("alpha", 1.0);
             x.relu().add(&x.div_scalar(alpha).exp().sub_scalar(1.0).mul_scalar(alpha).minimum_scalar(0.0))
         }
-        "HardSigmoid" => x.mul_scalar(a("alpha", 0.2)).add_scalar(a("beta", 0.5)).maximum_scalar(0.0).minimum_scalar(1.0),
+        "HardSigmoid" => {
+            x.mul_scalar(a("alpha", 0.2)).add_scalar(a("beta", 0.5)).maximum_scalar(0.0).minimum_scalar(1.0)
+        }
         "HardSwish" => x.mul(&x.div_scalar(6.0).add_scalar(0.5).maximum_scalar(0.0).minimum_scalar(1.0)),
         "Swish" => x.mul(&x.mul_scalar(a("alpha", 1.0)).sigmoid()),
         "Shrink" => {
             let (l, b) = (a("lambd", 0.5), a("bias", 0.0));
             let zero = x.zeros_like();
-            Tensor::where_(&x.lt_scalar(-l), &x.add_scalar(b), &Tensor::where_(&x.gt_scalar(l), &x.sub_scalar(b), &zero))
+            Tensor::where_(
+                &x.lt_scalar(-l),
+                &x.add_scalar(b),
+                &Tensor::where_(&x.gt_scalar(l), &x.sub_scalar(b), &zero),
+            )
         }
         "ThresholdedRelu" => Tensor::where_(&x.gt_scalar(a("alpha", 1.0)), &x, &x.zeros_like()),
         "Gelu" => {

@@ -11,6 +11,8 @@ use crate::Result;
 
 /// Largest host tensor the folding produces or reads.
 pub const HOST_MAX: usize = 1 << 16;
+/// Marks the errors that send an op back to the device.
+const TOO_LARGE: &str = "is too large to fold on the host";
 /// Float inputs larger than this are left to the device (they are data, not shapes).
 const FLOAT_MAX: usize = 1024;
 
@@ -35,8 +37,12 @@ pub(crate) fn fold(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Option<Result<Ve
     if total > HOST_MAX {
         return None;
     }
-    let r = eval(cx, n, &hs)?;
-    Some(r.map(|v| v.into_iter().map(Value::host).collect()))
+    match eval(cx, n, &hs)? {
+        Ok(v) => Some(Ok(v.into_iter().map(Value::host).collect())),
+        // Too large to fold: the device computes it instead.
+        Err(e) if e.to_string().contains(TOO_LARGE) => None,
+        Err(e) => Some(Err(e)),
+    }
 }
 
 fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
@@ -73,10 +79,10 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
             let axes = axes_arg(n, hs.get(1).copied().flatten()).unwrap_or_default();
             HostTensor::new(t.elem, unsqueeze_dims(n, &t.dims, &axes)?, t.data.clone())
         })()),
-        "Concat" => one((|| {
+        "Concat" => {
             let parts: Vec<&HostTensor> = hs.iter().flatten().copied().collect();
-            concat(n, &parts, n.attr_int("axis", 0))
-        })()),
+            one(concat(n, &parts, n.attr_int("axis", 0)))
+        }
         "Gather" => one((|| gather(n, h(0)?, h(1)?, n.attr_int("axis", 0)))()),
         "Slice" => one((|| {
             let t = h(0)?;
@@ -114,7 +120,11 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
             let count = range_len(n, s.data.f(0), l.data.f(0), d.data.f(0))?;
             let (s0, d0) = (s.data.f(0), d.data.f(0));
             if s.elem.is_float() {
-                HostTensor::new(s.elem, vec![count], HostData::F((0..count).map(|i| s.elem.round(s0 + i as f64 * d0)).collect()))
+                HostTensor::new(
+                    s.elem,
+                    vec![count],
+                    HostData::F((0..count).map(|i| s.elem.round(s0 + i as f64 * d0)).collect()),
+                )
             } else {
                 let (si, di) = (s.ints()[0], d.ints()[0]);
                 HostTensor::new(s.elem, vec![count], HostData::I((0..count as i64).map(|i| si + i * di).collect()))
@@ -205,7 +215,7 @@ fn check_size(n: &Node, dims: &[usize]) -> Result<usize> {
     let total = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     match total {
         Some(t) if t <= HOST_MAX => Ok(t),
-        _ => Err(n.err(format!("a host result of shape {dims:?} is too large"))),
+        _ => Err(n.err(format!("a result of shape {dims:?} {TOO_LARGE}"))),
     }
 }
 
@@ -221,14 +231,19 @@ pub(crate) fn reshape_dims(n: &Node, dims: &[usize], shape: &[i64], allowzero: b
                 infer = Some(i);
                 out.push(1);
             }
-            0 if !allowzero => out.push(*dims.get(i).ok_or_else(|| n.err(format!("shape {shape:?}: 0 at axis {i} past the input's rank")))?),
+            0 if !allowzero => out.push(
+                *dims.get(i).ok_or_else(|| n.err(format!("shape {shape:?}: 0 at axis {i} past the input's rank")))?,
+            ),
             s if s >= 0 => out.push(s as usize),
             _ => return Err(n.err(format!("shape {shape:?} is not a valid Reshape target"))),
         }
     }
-    let known = out.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| n.err(format!("shape {shape:?} overflows")))?;
+    let known = out
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| n.err(format!("shape {shape:?} overflows")))?;
     if let Some(i) = infer {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(n.err(format!("cannot reshape {dims:?} ({total} elements) to {shape:?}")));
         }
         out[i] = total / known;
@@ -438,21 +453,23 @@ fn expand(t: &HostTensor, dims: &[usize]) -> Result<HostTensor> {
     }
     let total = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if total.is_none_or(|t| t > HOST_MAX) {
-        return Err(super::super::value::fmt_err(format!("a host tensor of shape {dims:?} is too large")));
+        return Err(super::super::value::fmt_err(format!("a result of shape {dims:?} {TOO_LARGE}")));
     }
     let off = dims.len() - t.dims.len();
     let st = strides(&t.dims);
     let src = t.dims.clone();
-    Ok(remap(t, dims.to_vec(), |c, _| {
-        (0..src.len()).map(|i| if src[i] == 1 { 0 } else { c[off + i] * st[i] }).sum()
-    }))
+    Ok(remap(t, dims.to_vec(), |c, _| (0..src.len()).map(|i| if src[i] == 1 { 0 } else { c[off + i] * st[i] }).sum()))
 }
 
 fn slice(t: &HostTensor, plan: &[(usize, usize, i64)]) -> HostTensor {
     let dims: Vec<usize> = plan.iter().map(|p| p.1).collect();
     let st = strides(&t.dims);
     remap(t, dims, |c, _| {
-        c.iter().zip(plan).zip(&st).map(|((&ci, &(s, _, step)), &stride)| ((s as i64 + ci as i64 * step) as usize) * stride).sum()
+        c.iter()
+            .zip(plan)
+            .zip(&st)
+            .map(|((&ci, &(s, _, step)), &stride)| ((s as i64 + ci as i64 * step) as usize) * stride)
+            .sum()
     })
 }
 
@@ -592,7 +609,7 @@ fn binary(n: &Node, op: &str, a: &HostTensor, b: &HostTensor) -> Result<HostTens
                     _ => p.min(q),
                 }
             };
-            HostData::I((0..len).map(|i| elem.round(f(p[i], q[i]) as f64) as i64).map(|v| if elem == Elem::I64 { v } else { v }).collect::<Vec<_>>())
+            HostData::I((0..len).map(|i| elem.round(f(p[i], q[i]) as f64) as i64).collect::<Vec<_>>())
         }
         _ => {
             let f = |p: f64, q: f64| -> f64 {
@@ -638,7 +655,8 @@ fn binary(n: &Node, op: &str, a: &HostTensor, b: &HostTensor) -> Result<HostTens
 
 fn unary(n: &Node, op: &str, t: &HostTensor) -> Result<HostTensor> {
     let out_elem = if op == "Not" { Elem::Bool } else { t.elem };
-    if let (HostData::I(v), true) = (&t.data, matches!(op, "Neg" | "Abs" | "Sign" | "Not" | "Floor" | "Ceil" | "Round")) {
+    if let (HostData::I(v), true) = (&t.data, matches!(op, "Neg" | "Abs" | "Sign" | "Not" | "Floor" | "Ceil" | "Round"))
+    {
         let f = |x: i64| -> i64 {
             match op {
                 "Neg" => x.wrapping_neg(),
@@ -679,7 +697,14 @@ fn unary(n: &Node, op: &str, t: &HostTensor) -> Result<HostTensor> {
     HostTensor::from_f64(out_elem, t.dims.clone(), &t.floats().iter().map(|&x| f(x)).collect::<Vec<_>>())
 }
 
-fn reduce(n: &Node, op: &str, t: &HostTensor, axes: Option<Vec<i64>>, keep: bool, noop_empty: bool) -> Result<HostTensor> {
+fn reduce(
+    n: &Node,
+    op: &str,
+    t: &HostTensor,
+    axes: Option<Vec<i64>>,
+    keep: bool,
+    noop_empty: bool,
+) -> Result<HostTensor> {
     let r = t.dims.len();
     let axes: Vec<usize> = match axes {
         Some(a) if !a.is_empty() => a.iter().map(|&x| axis(n, x, r)).collect::<Result<_>>()?,

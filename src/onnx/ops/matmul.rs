@@ -154,11 +154,7 @@ pub(crate) fn dynamic_quantize_linear(cx: &Cx, n: &Node, ins: &[Option<Value>]) 
     let safe = Tensor::where_(&scale.eq_scalar(0.0), &scale.ones_like(), &scale);
     let zp = lo.neg().div(&safe).round().maximum_scalar(0.0).minimum_scalar(255.0);
     let y = x.div(&safe).round().add(&zp).maximum_scalar(0.0).minimum_scalar(255.0);
-    Ok(vec![
-        dev(y.cast(DType::I32), Elem::U8),
-        dev(scale, Elem::F32),
-        dev(zp.cast(DType::I32), Elem::U8),
-    ])
+    Ok(vec![dev(y.cast(DType::I32), Elem::U8), dev(scale, Elem::F32), dev(zp.cast(DType::I32), Elem::U8)])
 }
 
 pub(crate) fn matmul_integer(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
@@ -229,7 +225,9 @@ pub(crate) fn einsum(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
     for (l, x) in letters.iter().zip(&ts) {
         let mut seen = std::collections::HashSet::new();
         if l.len() != x.rank() || !l.iter().all(|c| seen.insert(*c)) {
-            return Err(n.err(format!("einsum term for shape {:?} in '{eq}' is not supported (diagonals are not)", x.dims())));
+            return Err(
+                n.err(format!("einsum term for shape {:?} in '{eq}' is not supported (diagonals are not)", x.dims()))
+            );
         }
     }
     let mut all: Vec<char> = (0..ell).map(|i| char::from(b'0' + i as u8)).collect();

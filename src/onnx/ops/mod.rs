@@ -41,10 +41,10 @@ pub(crate) fn lookup(domain: &str, op: &str) -> Option<Lower> {
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Equal" | "Less" | "LessOrEqual" | "Greater"
         | "GreaterOrEqual" | "And" | "Or" | "Xor" | "BitShift" => elementwise::binary,
         "Max" | "Min" | "Sum" | "Mean" => elementwise::variadic,
-        "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Tan" | "Tanh" | "Sigmoid"
-        | "Relu" | "Erf" | "Floor" | "Ceil" | "Round" | "Sign" | "Not" | "IsNaN" | "IsInf" | "Sinh" | "Cosh"
-        | "Softplus" | "Softsign" | "Mish" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "HardSigmoid"
-        | "HardSwish" | "ThresholdedRelu" | "Gelu" | "Swish" | "Shrink" => elementwise::unary,
+        "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Tan" | "Tanh" | "Sigmoid" | "Relu"
+        | "Erf" | "Floor" | "Ceil" | "Round" | "Sign" | "Not" | "IsNaN" | "IsInf" | "Sinh" | "Cosh" | "Softplus"
+        | "Softsign" | "Mish" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "HardSigmoid" | "HardSwish"
+        | "ThresholdedRelu" | "Gelu" | "Swish" | "Shrink" => elementwise::unary,
         "PRelu" => elementwise::prelu,
         "Clip" => elementwise::clip,
         "Where" => elementwise::where_,

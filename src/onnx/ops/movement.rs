@@ -499,7 +499,7 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
                 return Err(n.err(format!("{} scales for {} axes", sc.len(), axes.len())));
             }
             for (i, &a) in axes.iter().enumerate() {
-                if !(sc[i] > 0.0) || !sc[i].is_finite() {
+                if sc[i].is_nan() || sc[i] <= 0.0 || !sc[i].is_finite() {
                     return Err(n.err(format!("scale {} must be positive", sc[i])));
                 }
                 scale[a] = sc[i];
@@ -508,11 +508,12 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         }
         (None, None) => return Err(n.err("Resize needs scales or sizes")),
     }
-    if out.iter().any(|&o| o == 0) || out.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
+    if out.contains(&0) || out.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
         return Err(n.err(format!("output shape {out:?}")));
     }
     let mode = n.attr_str("mode", "nearest");
-    let ctm = if legacy { "asymmetric".to_string() } else { n.attr_str("coordinate_transformation_mode", "half_pixel") };
+    let ctm =
+        if legacy { "asymmetric".to_string() } else { n.attr_str("coordinate_transformation_mode", "half_pixel") };
     if n.attr_int("antialias", 0) != 0 && out.iter().zip(&dims).any(|(o, d)| o < d) {
         return Err(n.err("antialiased downsampling is not supported"));
     }
@@ -587,10 +588,10 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         // Per output position: the taps (input index, weight) it blends.
         let mut taps: Vec<Vec<(i64, f64)>> = Vec::with_capacity(out[a]);
         let mut valid = vec![1f32; out[a]];
-        for o in 0..out[a] {
+        for (o, ok) in valid.iter_mut().enumerate() {
             let x = src(o as f64);
             if roi.is_some() && (x < 0.0 || x > len_in - 1.0) {
-                valid[o] = 0.0;
+                *ok = 0.0;
             }
             taps.push(match mode.as_str() {
                 "nearest" => {
@@ -641,8 +642,7 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
                             0.0
                         }
                     };
-                    let mut v: Vec<(i64, f64)> =
-                        (-1i64..3).map(|k| (f as i64 + k, w(tt - k as f64))).collect();
+                    let mut v: Vec<(i64, f64)> = (-1i64..3).map(|k| (f as i64 + k, w(tt - k as f64))).collect();
                     if exclude_outside {
                         for p in v.iter_mut() {
                             if p.0 < 0 || p.0 > last {

@@ -61,7 +61,12 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
         }
     }
     Ok(if k == 1 {
-        Geometry { kernel: [1, kernel[0]], stride: [1, stride[0]], dilation: [1, dilation[0]], pads: [0, pads[0], 0, pads[1]] }
+        Geometry {
+            kernel: [1, kernel[0]],
+            stride: [1, stride[0]],
+            dilation: [1, dilation[0]],
+            pads: [0, pads[0], 0, pads[1]],
+        }
     } else {
         Geometry {
             kernel: [kernel[0], kernel[1]],
@@ -126,22 +131,15 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         w = w4;
     }
     let [t, l, b, r] = g.pads;
-    let (x4, padding) = if t == b && l == r {
-        (x4, (t, l))
-    } else {
-        (x4.pad(&[(0, 0), (0, 0), (t, b), (l, r)], 0.0), (0, 0))
-    };
+    let (x4, padding) =
+        if t == b && l == r { (x4, (t, l)) } else { (x4.pad(&[(0, 0), (0, 0), (t, b), (l, r)], 0.0), (0, 0)) };
     if let Some(bb) = &bias {
         if bb.dtype() != x4.dtype() {
             bias = Some(bb.cast(x4.dtype()));
         }
     }
-    let opts = Conv2dOptions {
-        stride: (g.stride[0], g.stride[1]),
-        padding,
-        dilation: (g.dilation[0], g.dilation[1]),
-        groups,
-    };
+    let opts =
+        Conv2dOptions { stride: (g.stride[0], g.stride[1]), padding, dilation: (g.dilation[0], g.dilation[1]), groups };
     let y = back(x4.conv2d(&w, bias.as_ref(), opts), rank);
     if integer {
         return Ok(vec![dev(y.round().cast(DType::I32), Elem::I32)]);
@@ -182,7 +180,8 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
     let mut pads = vec![0usize; 2 * k];
     let auto = n.attr_str("auto_pad", "NOTSET");
     if let Some(os) = n.attr_ints("output_shape") {
-        let os: Vec<usize> = os.iter().rev().take(k).rev().map(|&x| to_usize(n, x, "output size")).collect::<Result<_>>()?;
+        let os: Vec<usize> =
+            os.iter().rev().take(k).rev().map(|&x| to_usize(n, x, "output size")).collect::<Result<_>>()?;
         for i in 0..k {
             let total = (full[i] + out_pad[i]) as i64 - os[i] as i64;
             if total < 0 {
@@ -191,7 +190,8 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
                 continue;
             }
             let total = total as usize;
-            let (b, e) = if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
+            let (b, e) =
+                if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
             pads[i] = b;
             pads[i + k] = e;
         }
@@ -199,7 +199,8 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
         for i in 0..k {
             let target = spatial[i] * stride[i];
             let total = (full[i] + out_pad[i]).saturating_sub(target);
-            let (b, e) = if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
+            let (b, e) =
+                if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
             pads[i] = b;
             pads[i + k] = e;
         }
@@ -211,14 +212,32 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
             pads[i] = to_usize(n, x, "pad")?;
         }
     }
-    let at = |v: &[usize], i: usize| if k == 1 { if i == 0 { 1 } else { v[0] } } else { v[i] };
+    let at = |v: &[usize], i: usize| {
+        if k == 1 {
+            if i == 0 {
+                1
+            } else {
+                v[0]
+            }
+        } else {
+            v[i]
+        }
+    };
     let geo = |v: &[usize]| (at(v, 0), at(v, 1));
     let (pb, pe): (Vec<usize>, Vec<usize>) = (pads[..k].to_vec(), pads[k..].to_vec());
     let sym = pb == pe;
     let groups = to_usize(n, n.attr_int("group", 1), "group")?;
     let opts = Conv2dOptions {
         stride: geo(&stride),
-        padding: if sym { if k == 1 { (0, pb[0]) } else { (pb[0], pb[1]) } } else { (0, 0) },
+        padding: if sym {
+            if k == 1 {
+                (0, pb[0])
+            } else {
+                (pb[0], pb[1])
+            }
+        } else {
+            (0, 0)
+        },
         dilation: geo(&dilation),
         groups,
     };
@@ -355,7 +374,8 @@ pub(crate) fn batch_norm(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec
     let eps = n.attr_float("epsilon", 1e-5) as f64;
     let x = cx.tin(n, ins, 0)?;
     // Fold scale, bias, mean and variance into one multiply-add when all are constants.
-    let hosts: Option<Vec<Vec<f64>>> = (1..5).map(|i| opt(ins, i).and_then(|v| v.as_host()).map(|h| h.floats())).collect();
+    let hosts: Option<Vec<Vec<f64>>> =
+        (1..5).map(|i| opt(ins, i).and_then(|v| v.as_host()).map(|h| h.floats())).collect();
     let (a, b) = match hosts {
         Some(p) if p.iter().all(|q| q.len() == p[0].len()) => {
             let c = p[0].len();

@@ -47,8 +47,7 @@ pub(crate) fn reduce(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
             if keep {
                 s
             } else {
-                let dims: Vec<usize> =
-                    (0..r).filter(|i| !axes.contains(&(*i as isize))).map(|i| v.dims()[i]).collect();
+                let dims: Vec<usize> = (0..r).filter(|i| !axes.contains(&(*i as isize))).map(|i| v.dims()[i]).collect();
                 s.reshape(dims)
             }
         }
@@ -65,7 +64,13 @@ pub(crate) fn reduce(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         }
         op => return Err(n.err(format!("{op} is not a reduction"))),
     };
-    let y = if y.dtype() != dt && !dt.is_float() { y.round().cast(dt) } else if y.dtype() != dt { y.cast(dt) } else { y };
+    let y = if y.dtype() != dt && !dt.is_float() {
+        y.round().cast(dt)
+    } else if y.dtype() != dt {
+        y.cast(dt)
+    } else {
+        y
+    };
     Ok(vec![dev(y, v.elem())])
 }
 
@@ -181,6 +186,12 @@ pub(crate) fn top_k(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Valu
         cur = Tensor::where_(&pos.eq(&i), &fill, &cur);
         idxs.push(i);
     }
-    let cat = |t: Vec<Tensor>| if t.len() == 1 { t.into_iter().next().unwrap_or_else(|| unreachable!()) } else { Tensor::concat(&t, ax as isize) };
+    let cat = |t: Vec<Tensor>| {
+        if t.len() == 1 {
+            t.into_iter().next().unwrap_or_else(|| unreachable!())
+        } else {
+            Tensor::concat(&t, ax as isize)
+        }
+    };
     Ok(vec![dev(cat(vals), v.elem()), dev(cat(idxs), Elem::I64)])
 }

@@ -73,9 +73,9 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
         "GRU" => vec!["Sigmoid", "Tanh"],
         _ => vec!["Tanh"],
     };
-    let acts: Vec<String> = n.attr_strs("activations").unwrap_or_else(|| {
-        (0..dirs).flat_map(|_| defaults.iter().map(|s| s.to_string())).collect()
-    });
+    let acts: Vec<String> = n
+        .attr_strs("activations")
+        .unwrap_or_else(|| (0..dirs).flat_map(|_| defaults.iter().map(|s| s.to_string())).collect());
     if acts.len() != defaults.len() * dirs {
         return Err(n.err(format!("{} activations for {dirs} directions", acts.len())));
     }
@@ -109,7 +109,8 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
                 xw = xw.add(rb);
             }
         } else if let Some(rb) = &rb {
-            xw = xw.add(&Tensor::concat(&[rb.narrow(0, 0, 2 * hidden), rb.narrow(0, 2 * hidden, hidden).zeros_like()], 0));
+            xw = xw
+                .add(&Tensor::concat(&[rb.narrow(0, 0, 2 * hidden), rb.narrow(0, 2 * hidden, hidden).zeros_like()], 0));
         }
         let xw = xw.reshape([seq, batch, gh]);
         let init = |s: &Option<Tensor>| match s {
@@ -182,11 +183,8 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
     let y = Tensor::stack(&ys, 1); // [seq, dirs, batch, hidden]
     let yh = Tensor::stack(&hs, 0); // [dirs, batch, hidden]
     let yc = Tensor::stack(&cs, 0);
-    let (y, yh, yc) = if layout != 0 {
-        (y.permute(&[2, 0, 1, 3]), yh.transpose(0, 1), yc.transpose(0, 1))
-    } else {
-        (y, yh, yc)
-    };
+    let (y, yh, yc) =
+        if layout != 0 { (y.permute(&[2, 0, 1, 3]), yh.transpose(0, 1), yc.transpose(0, 1)) } else { (y, yh, yc) };
     let _ = DType::F32;
     let mut out = vec![dev(y, elem), dev(yh, elem)];
     if kind == "LSTM" {
