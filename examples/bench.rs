@@ -14,6 +14,9 @@
 //! 64->64 channels, 56x56, 3x3, padding 1), `attention` (1 x 12 heads x seq 128 and
 //! 512 x 64, f32 and f16), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
 //! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh),
+//! `bert-encoder` and `onnx-bert` (the same MiniLM encoder at batch x 128, f32, to the
+//! last hidden state: the native `models::bert` path, and the ONNX file that
+//! scripts/make_minilm_onnx.sh builds, imported with `tessera::onnx`),
 //! `mlp-train` (MLP 784-256-10, batch 64, Adam) and `cnn-train` (the MNIST CNN, batch
 //! 64, Adam): steps/s over blocks of 10 steps submitted back to back (the loss read
 //! after each block, as a training loop that logs every 10 steps), dispatches and
@@ -652,6 +655,9 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             }
         }
     }
+    if want("bert-encoder") || want("onnx-bert") {
+        encoder_rows(d, args, rows, &want)?;
+    }
     for kind in ["mlp", "cnn"] {
         let case = if kind == "mlp" { "mlp-train" } else { "cnn-train" };
         if !want(case) {
@@ -689,6 +695,66 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                 "submits_per_step": per(after.submits, before.submits),
             })),
         });
+    }
+    Ok(())
+}
+
+/// MiniLM's encoder to the last hidden state, natively and imported from ONNX, on the
+/// same token ids.
+fn encoder_rows(d: &Device, args: &Args, rows: &mut Rows, want: &dyn Fn(&str) -> bool) -> tessera::Result<()> {
+    let data = std::env::var_os("TESSERA_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera"));
+    let dir = data.join("minilm");
+    for &batch in &args.batches {
+        let ids: Vec<i32> = (0..batch * 128)
+            .map(|p| match p % 128 {
+                0 => 101,
+                127 => 102,
+                i => 1000 + ((p / 128 * 131 + i * 17) % 20000) as i32,
+            })
+            .collect();
+        let ids_t = Tensor::from_slice(&ids, [batch, 128], d);
+        let mut push = |case: &'static str, ms: f64, cold: f64| {
+            rows.push(Row {
+                device: String::new(),
+                case,
+                dtype: "f32".into(),
+                shape: format!("batch {batch} x seq 128"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: batch as f64 / (ms / 1e3),
+                unit: "sentences/s",
+                extra: None,
+            })
+        };
+        if want("bert-encoder") {
+            match tessera::models::bert::load_dir(&dir, d) {
+                Err(e) => eprintln!("bert-encoder skipped: {e} (run scripts/fetch_minilm.sh)"),
+                Ok(model) => {
+                    let mask = Tensor::ones([batch, 128], DType::F32, d);
+                    let (ms, cold) = time(args.seconds, || sync(d, &model.forward(&ids_t, &mask)));
+                    push("bert-encoder", ms, cold);
+                }
+            }
+        }
+        if want("onnx-bert") {
+            match tessera::onnx::OnnxModel::load(dir.join("model.onnx"), d) {
+                Err(e) => eprintln!("onnx-bert skipped: {e} (run scripts/make_minilm_onnx.sh)"),
+                Ok(model) => {
+                    let ones = Tensor::ones([batch, 128], DType::I32, d);
+                    let zeros = Tensor::zeros([batch, 128], DType::I32, d);
+                    let run = || -> Tensor {
+                        let out = model
+                            .run(&[("input_ids", ids_t.clone()), ("attention_mask", ones.clone()), ("token_type_ids", zeros.clone())])
+                            .unwrap_or_else(|e| panic!("onnx-bert: {e}"));
+                        out[0].tensor.clone()
+                    };
+                    let (ms, cold) = time(args.seconds, || sync(d, &run()));
+                    push("onnx-bert", ms, cold);
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ mod common;
 use common::{assert_close, devices, label, model_dir, Tol};
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use tessera::ops::nn::Conv2dOptions;
 use tessera::{quant, DType, Device, Tensor};
 
 type Inputs = HashMap<&'static str, Tensor>;
@@ -265,6 +266,37 @@ fn cases() -> Vec<Case> {
             inputs: vec![inp("q", &[1, 2, 6, 8], S), inp("k", &[1, 2, 6, 8], S), inp("v", &[1, 2, 6, 8], S)],
             js: "q.scaledDotProductAttention(k, v, true, true)",
             run: |t| Tensor::scaled_dot_product_attention_fused(&t["q"], &t["k"], &t["v"], None, true),
+            tol: F32,
+        },
+        Case {
+            name: "conv2d_stride_pad_groups",
+            inputs: vec![inp("x", &[2, 4, 9, 7], S), inp("w", &[6, 2, 3, 3], S), inp("b", &[6], S)],
+            js: "x.conv2d(w, b, { stride: [2, 1], padding: 1, groups: 2 })",
+            run: |t| {
+                let o = Conv2dOptions { stride: (2, 1), padding: (1, 1), dilation: (1, 1), groups: 2 };
+                t["x"].conv2d(&t["w"], Some(&t["b"]), o)
+            },
+            tol: F32,
+        },
+        Case {
+            name: "conv2d_dilated_no_bias",
+            inputs: vec![inp("x", &[1, 3, 10, 10], S), inp("w", &[4, 3, 3, 3], S)],
+            js: "x.conv2d(w, undefined, { dilation: 2 })",
+            run: |t| t["x"].conv2d(&t["w"], None, Conv2dOptions { dilation: (2, 2), ..Default::default() }),
+            tol: F32,
+        },
+        Case {
+            name: "conv_transpose2d",
+            inputs: vec![inp("x", &[2, 4, 5, 6], S), inp("w", &[4, 3, 3, 3], S), inp("b", &[3], S)],
+            js: "x.convTranspose2d(w, b, { stride: 2, padding: 1, outputPadding: 1 })",
+            run: |t| t["x"].conv_transpose2d(&t["w"], Some(&t["b"]), Conv2dOptions::new(2, 1), (1, 1)),
+            tol: F32,
+        },
+        Case {
+            name: "max_and_avg_pool2d",
+            inputs: vec![inp("x", &[2, 3, 8, 8], S)],
+            js: "T.Tensor.stack([x.maxPool2d(2), x.avgPool2d(3, 1, 1).narrow(2, 0, 4).narrow(3, 0, 4)], 0)",
+            run: |t| Tensor::stack(&[t["x"].max_pool2d(2, 2, 0), t["x"].avg_pool2d(3, 1, 1).narrow(2, 0, 4).narrow(3, 0, 4)], 0),
             tol: F32,
         },
         Case {

@@ -25,6 +25,7 @@
 //! - [`LoadOptions::weights`] converts MatMul and Gemm weights to f16, Q8_0 or Q4_0.
 //! - [`export`] writes a Tessera model out as ONNX (opset 17).
 
+#[cfg(not(target_arch = "wasm32"))]
 mod export;
 mod ops;
 pub mod proto;
@@ -32,9 +33,8 @@ mod read;
 pub mod testcase;
 mod value;
 
-pub use export::OPSET as EXPORT_OPSET;
 #[cfg(not(target_arch = "wasm32"))]
-pub use export::{export, export_bytes, export_with};
+pub use export::{export, export_bytes, export_with, OPSET as EXPORT_OPSET};
 pub use read::{tensor_from_proto, Dim, IoInfo, MAX_DEPTH, MAX_NODES};
 pub use value::{Elem, HostData, HostTensor, Value};
 
@@ -42,7 +42,6 @@ use crate::{DType, Device, Error, Result, Tensor};
 use ops::Cx;
 use read::{detail, Attr, Graph, Node, Reader};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 
 /// How to load a model.
@@ -105,18 +104,18 @@ impl std::fmt::Debug for OnnxModel {
 impl OnnxModel {
     /// Load a model file; external data files are read relative to it.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn load(path: impl AsRef<Path>, dev: &Device) -> Result<OnnxModel> {
+    pub fn load(path: impl AsRef<std::path::Path>, dev: &Device) -> Result<OnnxModel> {
         OnnxModel::load_with(path, dev, LoadOptions::default())
     }
 
     /// Load a model file with options.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn load_with(path: impl AsRef<Path>, dev: &Device, opts: LoadOptions) -> Result<OnnxModel> {
+    pub fn load_with(path: impl AsRef<std::path::Path>, dev: &Device, opts: LoadOptions) -> Result<OnnxModel> {
         let path = path.as_ref();
         let bytes =
             std::fs::read(path).map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
         let base =
-            path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).map(Path::to_path_buf);
+            path.parent().map(|p| if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }).map(std::path::Path::to_path_buf);
         OnnxModel::load_inner(&bytes, base, dev, opts)
     }
 

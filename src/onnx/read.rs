@@ -468,7 +468,7 @@ pub fn tensor_from_proto(t: &proto::TensorProto, base: Option<&Path>) -> Result<
     let n = dims
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|&n| n <= (1usize << 40))
+        .filter(|&n| n as u64 <= (1u64 << 40))
         .ok_or_else(|| fmt_err(format!("dims {:?} hold too many elements", t.dims)))?;
     let external = t.data_location == Some(proto::tensor_proto::DataLocation::External as i32);
     let raw: Option<Vec<u8>> =

@@ -15,11 +15,13 @@
 //! slips through to the console.
 //!
 //! Files: [`tensor`] (the `Tensor` class), [`files`] (safetensors, GGUF, MNIST),
-//! [`embed`] (the sentence embedder), [`train`] (model, optimiser, training step).
+//! [`embed`] (the sentence embedder), [`train`] (model, optimiser, training step),
+//! [`onnx`] (ONNX models).
 
 pub mod embed;
 pub mod files;
 pub mod js;
+pub mod onnx;
 pub mod tensor;
 pub mod train;
 
@@ -208,6 +210,13 @@ export interface Capabilities {
 /** Engine counters. */
 export interface EngineStats { kernelsDispatched: number; submits: number; realizations: number; pipelinesCompiled: number;
   buffersAllocated: number; bytesInUse: number; peakBytes: number }
+/** Geometry of `conv2d`, `convTranspose2d`: numbers or `[rows, cols]`. */
+export interface ConvOptions { stride?: number | [number, number]; padding?: number | [number, number];
+  dilation?: number | [number, number]; groups?: number; outputPadding?: number | [number, number] }
+/** Options of `OnnxModel.load`. */
+export interface OnnxLoadOptions { weights?: "f16" | "q8_0" | "q4_0" }
+/** A declared ONNX input or output (symbolic dimensions are strings, unknown ones null). */
+export interface OnnxValueInfo { name: string; type: string | null; shape: (number | string | null)[] }
 /** Element types. */
 export type DType = "f32" | "f16" | "i32" | "u32" | "bool" | "q8_0" | "q4_0";
 "#;

@@ -65,6 +65,14 @@ impl JsTensor {
         TENSORS.with(|m| m.borrow().get(&id).cloned()).ok_or_else(|| JsError::new("this Tensor was disposed"))
     }
 
+    /// An optional `Tensor` argument (borrowed, not taken): `undefined` or `null` is `None`.
+    pub(crate) fn optional(value: &JsValue, what: &str) -> Result<Option<Tensor>, JsError> {
+        if value.is_undefined() || value.is_null() {
+            return Ok(None);
+        }
+        Ok(Self::list(&Array::of1(value).into(), what)?.pop())
+    }
+
     /// Tensors from a JavaScript array of `Tensor` objects (borrowed, not taken).
     pub(crate) fn list(value: &JsValue, what: &str) -> Result<Vec<Tensor>, JsError> {
         if !Array::is_array(value) {
@@ -84,6 +92,36 @@ impl JsTensor {
     fn map(&self, f: impl FnOnce(&Tensor) -> Tensor) -> Result<JsTensor, JsError> {
         JsTensor::wrap(f(&self.tensor()?))
     }
+}
+
+/// `options[key]` as `(rows, cols)`: a number for both, or a two-number array.
+fn pair(options: &JsValue, key: &str, default: usize) -> Result<(usize, usize), JsError> {
+    let v = js::get(options, key);
+    if v.is_undefined() || v.is_null() {
+        return Ok((default, default));
+    }
+    if let Some(n) = v.as_f64() {
+        let n = js::integer(n, key)?;
+        return usize::try_from(n).map(|n| (n, n)).map_err(|_| JsError::new(&format!("{key} must not be negative")));
+    }
+    match js::usizes(&v, key)?.as_slice() {
+        [a, b] => Ok((*a, *b)),
+        other => Err(JsError::new(&format!("{key} must be a number or [rows, cols], not {other:?}"))),
+    }
+}
+
+/// Convolution options: `{ stride, padding, dilation, groups }`.
+fn conv_options(options: &JsValue) -> Result<tessera::ops::nn::Conv2dOptions, JsError> {
+    let groups = match js::get_f64(options, "groups") {
+        Some(g) => usize::try_from(js::integer(g, "groups")?).map_err(|_| JsError::new("groups must be positive"))?,
+        None => 1,
+    };
+    Ok(tessera::ops::nn::Conv2dOptions {
+        stride: pair(options, "stride", 1)?,
+        padding: pair(options, "padding", 0)?,
+        dilation: pair(options, "dilation", 1)?,
+        groups,
+    })
 }
 
 fn dtype_or(dtype: Option<String>, default: DType) -> Result<DType, JsError> {
@@ -415,6 +453,48 @@ impl JsTensor {
     #[wasm_bindgen(js_name = rmsNorm)]
     pub fn rms_norm(&self, eps: Option<f64>) -> Result<JsTensor, JsError> {
         self.map(|t| t.rms_norm(None, eps.unwrap_or(1e-6)))
+    }
+
+    /// 2-D convolution (PyTorch's `conv2d`): this `[N, C, H, W]`, `weight`
+    /// `[O, C/groups, KH, KW]`, optional `bias` `[O]`. Options: `stride`, `padding`,
+    /// `dilation` (a number or `[rows, cols]`) and `groups`.
+    pub fn conv2d(
+        &self,
+        weight: &JsTensor,
+        #[wasm_bindgen(unchecked_param_type = "Tensor | undefined")] bias: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ConvOptions | undefined")] options: JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let (w, b) = (weight.tensor()?, JsTensor::optional(&bias, "bias")?);
+        let o = conv_options(&options)?;
+        self.map(|x| x.conv2d(&w, b.as_ref(), o))
+    }
+
+    /// 2-D transposed convolution (PyTorch's `conv_transpose2d`): `weight`
+    /// `[C, O/groups, KH, KW]`; options as `conv2d` plus `outputPadding`.
+    #[wasm_bindgen(js_name = convTranspose2d)]
+    pub fn conv_transpose2d(
+        &self,
+        weight: &JsTensor,
+        #[wasm_bindgen(unchecked_param_type = "Tensor | undefined")] bias: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ConvOptions | undefined")] options: JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let (w, b) = (weight.tensor()?, JsTensor::optional(&bias, "bias")?);
+        let o = conv_options(&options)?;
+        let op = pair(&options, "outputPadding", 0)?;
+        self.map(|x| x.conv_transpose2d(&w, b.as_ref(), o, op))
+    }
+
+    /// Max pooling over `k x k` windows of `[N, C, H, W]` (stride defaults to `k`,
+    /// padding, with -inf, to 0).
+    #[wasm_bindgen(js_name = maxPool2d)]
+    pub fn max_pool2d(&self, k: u32, stride: Option<u32>, padding: Option<u32>) -> Result<JsTensor, JsError> {
+        self.map(|x| x.max_pool2d(k as usize, stride.unwrap_or(k) as usize, padding.unwrap_or(0) as usize))
+    }
+
+    /// Average pooling over `k x k` windows (stride defaults to `k`; zero padding counts).
+    #[wasm_bindgen(js_name = avgPool2d)]
+    pub fn avg_pool2d(&self, k: u32, stride: Option<u32>, padding: Option<u32>) -> Result<JsTensor, JsError> {
+        self.map(|x| x.avg_pool2d(k as usize, stride.unwrap_or(k) as usize, padding.unwrap_or(0) as usize))
     }
 
     /// Attention `softmax(q k^T / sqrt(d)) v` over `[..., seq, dim]` tensors, with this

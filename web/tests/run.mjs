@@ -13,7 +13,7 @@
 // than fail without it).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { ROOT, serve } from "../serve.mjs";
@@ -25,7 +25,12 @@ const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 // from reaching for a network this machine does not have.
 const ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
-const MODEL_DIR = join(process.env.TESSERA_DATA ?? join(homedir(), ".cache/tessera"), "minilm");
+const DATA = process.env.TESSERA_DATA ?? join(homedir(), ".cache/tessera");
+const MODEL_DIR = join(DATA, "minilm");
+// The official ONNX node tests (scripts/gen_onnx_node_tests.sh) and the MNIST model
+// train_mnist exports (scripts/test_web.sh makes it when missing).
+const NODE_TESTS = join(DATA, "onnx-node-tests");
+const MNIST_ONNX = join(ROOT, "target/ci-demo/mnist.onnx");
 const filters = process.argv.slice(2);
 
 // ---- The package, as a user gets it ----------------------------------------------------
@@ -339,6 +344,66 @@ for (const backend of BACKENDS) test(`the embedder matches native embeddings wit
   await page.context().close();
 });
 
+// ---- ONNX ---------------------------------------------------------------------------------
+for (const backend of BACKENDS) test(`ONNX: train_mnist's exported model classifies 100 digits as onnxruntime-web does (${backend})`, async () => {
+  assert(existsSync(MNIST_ONNX), `${MNIST_ONNX} is missing: run cargo run --release --example train_mnist -- --max-steps 40 --export-onnx ${MNIST_ONNX} (scripts/test_web.sh does)`);
+  const { page } = await enginePage({ backend });
+  const r = await page.evaluate(async () => {
+    const bytes = new Uint8Array(await (await fetch("/target/ci-demo/mnist.onnx")).arrayBuffer());
+    const model = T.OnnxModel.load(bytes);
+    const mnist = T.Mnist.parse(await (await fetch("/data/mnist.bin")).arrayBuffer());
+    const ort = await import("onnxruntime-web");
+    ort.env.wasm.numThreads = 1;
+    ort.env.wasm.wasmPaths = "/web/tests/node_modules/onnxruntime-web/dist/";
+    const session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"] });
+    const inName = model.inputs[0].name, shape = model.inputs[0].shape;
+    let worst = 0, agree = 0;
+    for (let i = 0; i < 100; i++) {
+      const { x } = mnist.batch([8000 + i]);
+      const px = await x.toArray();
+      const z = Float32Array.from(px, (v) => (v - 0.1307) / 0.3081);
+      const out = await model.run({ [inName]: T.Tensor.fromArray(z, shape) });
+      const mine = await out[model.outputs[0].name].toArray();
+      const theirs = (await session.run({ [inName]: new ort.Tensor("float32", z, shape) }))[session.outputNames[0]].data;
+      for (let k = 0; k < 10; k++) worst = Math.max(worst, Math.abs(mine[k] - theirs[k]));
+      const arg = (a) => a.indexOf(Math.max(...a));
+      agree += arg(Array.from(mine)) === arg(Array.from(theirs)) ? 1 : 0;
+    }
+    return { worst, agree, info: model.info, inputs: model.inputs };
+  });
+  console.log(`  ${backend}: max |logit - onnxruntime-web| ${r.worst.toExponential(2)}, ${r.agree}/100 argmax agree; ops ${JSON.stringify(r.info.ops)}`);
+  assert(r.worst < 1e-4 && r.agree === 100, JSON.stringify(r));
+  assert(r.info.opset === 17 && r.inputs[0].name === "input", JSON.stringify(r));
+});
+
+// A handful of the official node tests, the files fetched by the page.
+const NODE_CASES = ["test_conv_with_strides_padding", "test_maxpool_2d_pads", "test_averagepool_2d_pads_count_include_pad",
+  "test_gemm_default_single_elem_vector_bias", "test_matmul_4d", "test_softmax_axis_1", "test_layer_normalization_3d_axis1_epsilon",
+  "test_gather_0", "test_reshape_negative_dim", "test_slice_neg_steps", "test_resize_upsample_scales_linear", "test_lstm_defaults",
+  "test_batchnorm_epsilon", "test_where_example", "test_dequantizelinear", "test_matmulinteger", "test_attention_4d", "test_einsum_batch_matmul"];
+for (const backend of BACKENDS) test(`ONNX: ${NODE_CASES.length} official node tests pass in the page (${backend})`, async () => {
+  assert(existsSync(NODE_TESTS), `${NODE_TESTS} is missing: run scripts/gen_onnx_node_tests.sh`);
+  const listed = readFileSync(join(ROOT, "tests/onnx/node_passing.txt"), "utf8");
+  for (const c of NODE_CASES) assert(listed.includes(`\n${c}\n`), `${c} is not in tests/onnx/node_passing.txt`);
+  const { page } = await enginePage({ backend });
+  const count = (c, kind) => readdirSync(join(NODE_TESTS, c, "test_data_set_0")).filter((f) => f.startsWith(kind)).length;
+  const cases = NODE_CASES.map((c) => ({ c, inputs: count(c, "input_"), outputs: count(c, "output_") }));
+  const r = await page.evaluate(async (cases) => {
+    const get = async (p) => new Uint8Array(await (await fetch(p)).arrayBuffer());
+    const files = (c, kind, n) => Promise.all(Array.from({ length: n }, (_, k) => get(`/onnx-node/${c}/test_data_set_0/${kind}_${k}.pb`)));
+    const out = {};
+    for (const { c, inputs, outputs } of cases) {
+      out[c] = await T.onnxTestCase(await get(`/onnx-node/${c}/model.onnx`), await files(c, "input", inputs), await files(c, "output", outputs));
+    }
+    let unsupported;
+    try { T.OnnxModel.load(new Uint8Array([10, 200, 1])); unsupported = "loaded"; } catch (e) { unsupported = e.message; }
+    return { out, unsupported };
+  }, cases);
+  const failed = Object.entries(r.out).filter(([, v]) => v.verdict !== "pass");
+  assert(failed.length === 0, `failed: ${JSON.stringify(failed)}`);
+  assert(/onnx: /.test(r.unsupported), `a truncated file: ${r.unsupported}`);
+});
+
 test("a lost device rejects reads in flight, and init() recovers", async () => {
   const { page } = await enginePage({ backend: "webgpu" });
   const r = await page.evaluate(async () => {
@@ -423,7 +488,7 @@ for (const noWebGpu of [false, true]) test(`the demo page trains, predicts a dra
 
 // ---- Run -------------------------------------------------------------------------------------
 const info = packPackage();
-const { server, url } = await serve({ mounts: { "/model/": MODEL_DIR } });
+const { server, url } = await serve({ mounts: { "/model/": MODEL_DIR, "/onnx-node/": NODE_TESTS } });
 base = url;
 browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
 console.log(`chromium ${browser.version()} at ${CHROMIUM}; serving ${ROOT} at ${base}`);
