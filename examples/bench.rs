@@ -702,9 +702,9 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
 /// MiniLM's encoder to the last hidden state, natively and imported from ONNX, on the
 /// same token ids.
 fn encoder_rows(d: &Device, args: &Args, rows: &mut Rows, want: &dyn Fn(&str) -> bool) -> tessera::Result<()> {
-    let data = std::env::var_os("TESSERA_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera"));
+    let data = std::env::var_os("TESSERA_DATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera")
+    });
     let dir = data.join("minilm");
     for &batch in &args.batches {
         let ids: Vec<i32> = (0..batch * 128)
@@ -746,7 +746,11 @@ fn encoder_rows(d: &Device, args: &Args, rows: &mut Rows, want: &dyn Fn(&str) ->
                     let zeros = Tensor::zeros([batch, 128], DType::I32, d);
                     let run = || -> Tensor {
                         let out = model
-                            .run(&[("input_ids", ids_t.clone()), ("attention_mask", ones.clone()), ("token_type_ids", zeros.clone())])
+                            .run(&[
+                                ("input_ids", ids_t.clone()),
+                                ("attention_mask", ones.clone()),
+                                ("token_type_ids", zeros.clone()),
+                            ])
                             .unwrap_or_else(|e| panic!("onnx-bert: {e}"));
                         out[0].tensor.clone()
                     };

@@ -17,8 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tessera::io::mnist::Mnist;
 use tessera::io::tensorboard::EventWriter;
-use tessera::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Module, Sequential};
-use tessera::ops::nn::Conv2dOptions;
+use tessera::nn::{loss, Layer, Module, Sequential};
 use tessera::optim::{Adam, LrSchedule, LrScheduler, Optimizer, StepOptions};
 use tessera::{DType, Device, Tensor};
 
@@ -64,33 +63,12 @@ struct Args {
     export_onnx: Option<PathBuf>,
 }
 
-const TRAIN: usize = 8000;
+const TRAIN: usize = tessera::models::mnist::TRAIN;
 /// Steps between readbacks of the training loss and accuracy.
 const LOG_EVERY: usize = 10;
 
 fn build(model: &str, seed: u64, dev: &Device) -> tessera::Result<Sequential> {
-    let lin = |i, o, s| Linear::new(i, o, true, seed * 1000 + s, dev);
-    Ok(match model {
-        "mlp" => Sequential::new().add(Flatten).add(lin(784, 256, 1)).add(Activation::Relu).add(lin(256, 10, 2)),
-        "cnn" => Sequential::new()
-            .add(Conv2d::new(1, 8, 3, Conv2dOptions::new(1, 1), seed * 1000 + 3, dev))
-            .add(Activation::Relu)
-            .add(MaxPool2d::new(2))
-            .add(Conv2d::new(8, 16, 3, Conv2dOptions::new(1, 1), seed * 1000 + 4, dev))
-            .add(Activation::Relu)
-            .add(MaxPool2d::new(2))
-            .add(Flatten)
-            .add(lin(16 * 7 * 7, 64, 5))
-            .add(Activation::Relu)
-            .add(lin(64, 10, 6)),
-        other => {
-            return Err(tessera::Error::InvalidArgument {
-                op: "train_mnist",
-                detail: format!("unknown model {other:?}: use mlp or cnn"),
-                location: std::panic::Location::caller(),
-            })
-        }
-    })
+    tessera::models::mnist::build(model, seed, dev)
 }
 
 /// A seeded permutation (xorshift Fisher-Yates), so an epoch's order is a function of
@@ -110,7 +88,7 @@ fn permutation(n: usize, seed: u64) -> Vec<usize> {
 fn batch_tensors(data: &Mnist, idx: &[usize], cnn: bool, dev: &Device) -> (Tensor, Tensor) {
     let shape = if cnn { vec![idx.len(), 1, 28, 28] } else { vec![idx.len(), 784] };
     // Standardised with the MNIST mean and deviation, as torchvision's examples do.
-    let px: Vec<f32> = data.images_f32(idx).iter().map(|v| (v - 0.1307) / 0.3081).collect();
+    let px = tessera::models::mnist::standardize(&data.images_f32(idx));
     let x = Tensor::from_slice(&px, shape, dev);
     let y = Tensor::from_slice(&data.labels_i32(idx), [idx.len()], dev);
     (x, y)

@@ -54,3 +54,8 @@ if [ "${TESSERA_SKIP_CHROMIUM:-0}" != "1" ] && ! command -v chromium >/dev/null 
   web_missing+=(chromium)
 fi
 apt_install "the browser package" "wasm-opt and chromium present" "${web_missing[@]}"
+
+# The inference server's tests check /metrics with promtool (Debian's prometheus).
+serve_missing=()
+command -v promtool >/dev/null 2>&1 || serve_missing+=(prometheus)
+apt_install "the server's metrics check" "promtool present" "${serve_missing[@]}"

@@ -296,7 +296,12 @@ fn cases() -> Vec<Case> {
             name: "max_and_avg_pool2d",
             inputs: vec![inp("x", &[2, 3, 8, 8], S)],
             js: "T.Tensor.stack([x.maxPool2d(2), x.avgPool2d(3, 1, 1).narrow(2, 0, 4).narrow(3, 0, 4)], 0)",
-            run: |t| Tensor::stack(&[t["x"].max_pool2d(2, 2, 0), t["x"].avg_pool2d(3, 1, 1).narrow(2, 0, 4).narrow(3, 0, 4)], 0),
+            run: |t| {
+                Tensor::stack(
+                    &[t["x"].max_pool2d(2, 2, 0), t["x"].avg_pool2d(3, 1, 1).narrow(2, 0, 4).narrow(3, 0, 4)],
+                    0,
+                )
+            },
             tol: F32,
         },
         Case {

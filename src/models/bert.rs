@@ -409,12 +409,49 @@ pub fn load_saved(path: &std::path::Path, device: &Device) -> Result<BertModel> 
     BertModel::from_file(config, &mut file)
 }
 
-/// Sentence embeddings: tokenizer, BERT, pooling.
-pub struct SentenceEmbedder {
-    pub model: BertModel,
+/// A `tokenizer.json` tokenizer as the embedder uses it: `[CLS] ... [SEP]`, truncated to
+/// `max_tokens`, no padding (batches are padded with a mask).
+pub struct TextTokenizer {
     tokenizer: tokenizers::Tokenizer,
     /// Longest sequence kept (tokens beyond it are truncated).
     pub max_tokens: usize,
+}
+
+impl TextTokenizer {
+    /// From the bytes of a `tokenizer.json`.
+    pub fn from_bytes(tokenizer_json: &[u8], max_tokens: usize) -> Result<TextTokenizer> {
+        let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
+            .map_err(|e| Error::Format { format: "tokenizer.json", detail: e.to_string() })?;
+        tokenizer.with_padding(None);
+        let _ = tokenizer.with_truncation(None);
+        Ok(TextTokenizer { tokenizer, max_tokens: max_tokens.max(2) })
+    }
+
+    /// Token ids of each text, with [CLS] and [SEP], truncated to `max_tokens`.
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        texts
+            .iter()
+            .map(|t| {
+                let enc = self
+                    .tokenizer
+                    .encode(*t, true)
+                    .map_err(|e| Error::Format { format: "tokenizer", detail: e.to_string() })?;
+                let mut ids = enc.get_ids().to_vec();
+                if ids.len() > self.max_tokens {
+                    let sep = *ids.last().unwrap_or(&102);
+                    ids.truncate(self.max_tokens - 1);
+                    ids.push(sep);
+                }
+                Ok(ids)
+            })
+            .collect()
+    }
+}
+
+/// Sentence embeddings: tokenizer, BERT, pooling.
+pub struct SentenceEmbedder {
+    pub model: BertModel,
+    pub tokenizer: TextTokenizer,
 }
 
 impl SentenceEmbedder {
@@ -446,33 +483,14 @@ impl SentenceEmbedder {
 
     /// An embedder over a built model and the bytes of a `tokenizer.json`.
     pub fn from_parts(model: BertModel, tokenizer_json: &[u8]) -> Result<SentenceEmbedder> {
-        let mut tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
-            .map_err(|e| Error::Format { format: "tokenizer.json", detail: e.to_string() })?;
-        // Batches are padded here, with a mask; truncation is ours too.
-        tokenizer.with_padding(None);
-        let _ = tokenizer.with_truncation(None);
         let max_tokens = 256.min(model.config.max_position_embeddings);
-        Ok(SentenceEmbedder { model, tokenizer, max_tokens })
+        Ok(SentenceEmbedder { model, tokenizer: TextTokenizer::from_bytes(tokenizer_json, max_tokens)? })
     }
 
-    /// Token ids of each text, with [CLS] and [SEP], truncated to `max_tokens`.
+    /// Token ids of each text, with [CLS] and [SEP], truncated to the tokenizer's
+    /// `max_tokens`.
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        texts
-            .iter()
-            .map(|t| {
-                let enc = self
-                    .tokenizer
-                    .encode(*t, true)
-                    .map_err(|e| Error::Format { format: "tokenizer", detail: e.to_string() })?;
-                let mut ids = enc.get_ids().to_vec();
-                if ids.len() > self.max_tokens {
-                    let sep = *ids.last().unwrap_or(&102);
-                    ids.truncate(self.max_tokens - 1);
-                    ids.push(sep);
-                }
-                Ok(ids)
-            })
-            .collect()
+        self.tokenizer.tokenize(texts)
     }
 
     /// Embeddings `[n, hidden]` of pre-tokenised sequences, padded into one batch.

@@ -1,3 +1,4 @@
 //! Published models built from Tessera's nn modules.
 
 pub mod bert;
+pub mod mnist;

@@ -114,8 +114,10 @@ impl OnnxModel {
         let path = path.as_ref();
         let bytes =
             std::fs::read(path).map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
-        let base =
-            path.parent().map(|p| if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }).map(std::path::Path::to_path_buf);
+        let base = path
+            .parent()
+            .map(|p| if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p })
+            .map(std::path::Path::to_path_buf);
         OnnxModel::load_inner(&bytes, base, dev, opts)
     }
 

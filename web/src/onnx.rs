@@ -70,7 +70,10 @@ impl JsOnnxModel {
     }
 
     /// `{ opset, producer, nodes, ops: { type: count } }`.
-    #[wasm_bindgen(getter, unchecked_return_type = "{ opset: number, producer: string, nodes: number, ops: Record<string, number> }")]
+    #[wasm_bindgen(
+        getter,
+        unchecked_return_type = "{ opset: number, producer: string, nodes: number, ops: Record<string, number> }"
+    )]
     pub fn info(&self) -> JsValue {
         let i = self.model.info();
         let ops = Object::new();

@@ -1,0 +1,221 @@
+//! What a served model does: turn a batch of inputs into a batch of outputs in one
+//! realisation. Three kinds: a BERT sentence embedder (safetensors + tokenizer), an MNIST
+//! classifier (a checkpoint of `models::mnist`'s architectures), and an ONNX model used
+//! as either. Runners live on a batcher's worker thread and block there.
+
+use crate::repo::{Manifest, ModelKind, Task};
+use std::path::Path;
+use tessera::models::bert::{self, SentenceEmbedder, TextTokenizer};
+use tessera::nn::{Layer, Sequential};
+use tessera::onnx::{LoadOptions, OnnxModel};
+use tessera::{DType, Device, Error, Result, Tensor};
+
+/// Pixels of one MNIST digit.
+pub const PIXELS: usize = 784;
+
+/// One request item.
+#[derive(Clone, Debug)]
+pub enum Input {
+    Text(String),
+    /// 784 grey levels in [0, 1].
+    Pixels(Vec<f32>),
+}
+
+impl Input {
+    /// Bytes that identify the input (for the cache key).
+    pub fn key_bytes(&self) -> Vec<u8> {
+        match self {
+            Input::Text(s) => [b"t".as_slice(), s.as_bytes()].concat(),
+            Input::Pixels(p) => std::iter::once(b'p').chain(p.iter().flat_map(|v| v.to_le_bytes())).collect(),
+        }
+    }
+}
+
+/// One result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// A unit-length sentence embedding.
+    Embedding(Vec<f32>),
+    /// Class probabilities.
+    Classes(Vec<f32>),
+}
+
+impl Output {
+    /// Approximate heap bytes (the cache's weight).
+    pub fn bytes(&self) -> u32 {
+        let n = match self {
+            Output::Embedding(v) | Output::Classes(v) => v.len(),
+        };
+        (n * 4 + 64) as u32
+    }
+}
+
+/// An input ready to batch: its padded cost (tokens for text, 1 for images).
+pub struct Prepared {
+    pub cost: usize,
+    tokens: Option<Vec<u32>>,
+    input: Input,
+}
+
+/// A loaded model on a device.
+pub enum Runner {
+    Bert(SentenceEmbedder),
+    Classifier { model: Sequential, arch: String, dev: Device },
+    OnnxEmbedder { model: OnnxModel, tokenizer: TextTokenizer },
+    OnnxClassifier { model: OnnxModel, input: String, shape: Vec<usize> },
+}
+
+impl Runner {
+    /// Load the model a manifest describes from `dir` onto `dev` (blocking).
+    pub fn load(dir: &Path, m: &Manifest, dev: &Device) -> Result<Runner> {
+        let file = |name: &str| m.file_path(dir, name);
+        match &m.kind {
+            ModelKind::BertEmbedder => {
+                let config = read(&file("config.json")?)?;
+                let weights = read(&file("model.safetensors")?)?;
+                let tok = read(&file("tokenizer.json")?)?;
+                let mut emb = SentenceEmbedder::from_bytes(&config, &weights, &tok, dev)?;
+                if m.dtype != DType::F32 {
+                    pollster::block_on(emb.quantize(m.dtype, None))?;
+                }
+                Ok(Runner::Bert(emb))
+            }
+            ModelKind::Classifier { architecture } => {
+                let mut model = tessera::models::mnist::build(architecture, 0, dev)?;
+                let mut opt = tessera::optim::Adam::new(1e-3);
+                tessera::io::checkpoint::load(file("model.ckpt")?, &mut model, &mut opt, dev)?;
+                tessera::nn::Module::set_training(&mut model, false);
+                if m.dtype != DType::F32 {
+                    return Err(Error::Unsupported(format!(
+                        "classifier dtype {}: classifiers are served in f32",
+                        m.dtype
+                    )));
+                }
+                Ok(Runner::Classifier { model, arch: architecture.clone(), dev: dev.clone() })
+            }
+            ModelKind::Onnx { task } => {
+                let weights = (m.dtype != DType::F32).then_some(m.dtype);
+                let model = OnnxModel::load_with(file("model.onnx")?, dev, LoadOptions { weights })?;
+                match task {
+                    Task::Embedding => {
+                        let tokenizer = TextTokenizer::from_bytes(&read(&file("tokenizer.json")?)?, 256)?;
+                        Ok(Runner::OnnxEmbedder { model, tokenizer })
+                    }
+                    Task::Classification => {
+                        let i = model
+                            .inputs()
+                            .first()
+                            .ok_or_else(|| Error::Unsupported("the model has no input".into()))?;
+                        let shape: Vec<usize> = match &i.dims {
+                            Some(d) => d
+                                .iter()
+                                .map(|x| match x {
+                                    tessera::onnx::Dim::Fixed(n) => *n as usize,
+                                    _ => 1,
+                                })
+                                .collect(),
+                            None => vec![1, PIXELS],
+                        };
+                        if shape.iter().product::<usize>() != PIXELS {
+                            return Err(Error::Unsupported(format!(
+                                "an ONNX classifier must take one 28x28 digit per run; its input is {shape:?}"
+                            )));
+                        }
+                        Ok(Runner::OnnxClassifier { input: i.name.clone(), model, shape })
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tokenise or check an input; its batching cost.
+    pub fn prepare(&self, input: Input) -> Result<Prepared> {
+        let tokenize = |t: &TextTokenizer, s: &str| -> Result<Vec<u32>> {
+            Ok(t.tokenize(&[s])?.into_iter().next().unwrap_or_default())
+        };
+        let tokens = match (self, &input) {
+            (Runner::Bert(emb), Input::Text(s)) => Some(tokenize(&emb.tokenizer, s)?),
+            (Runner::OnnxEmbedder { tokenizer, .. }, Input::Text(s)) => Some(tokenize(tokenizer, s)?),
+            (Runner::Classifier { .. } | Runner::OnnxClassifier { .. }, Input::Pixels(p)) if p.len() == PIXELS => None,
+            _ => return Err(Error::Unsupported("this model does not take that kind of input".into())),
+        };
+        Ok(Prepared { cost: tokens.as_ref().map_or(1, |t| t.len()), tokens, input })
+    }
+
+    /// Run a batch as one realisation.
+    pub fn run(&self, items: &[Prepared]) -> Result<Vec<Output>> {
+        match self {
+            Runner::Bert(emb) => {
+                let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
+                let e = emb.embed_ids(&ids);
+                rows(&e, items.len(), Output::Embedding)
+            }
+            Runner::OnnxEmbedder { model, .. } => {
+                let dev = model.device();
+                let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
+                let (b, s) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(1).max(1));
+                let mut flat = vec![0i32; b * s];
+                let mut mask = vec![0i32; b * s];
+                for (i, row) in ids.iter().enumerate() {
+                    for (j, &t) in row.iter().enumerate() {
+                        flat[i * s + j] = t as i32;
+                        mask[i * s + j] = 1;
+                    }
+                }
+                let mut feeds = vec![
+                    ("input_ids", Tensor::from_slice(&flat, [b, s], dev)),
+                    ("attention_mask", Tensor::from_slice(&mask, [b, s], dev)),
+                ];
+                if model.inputs().iter().any(|i| i.name == "token_type_ids") {
+                    feeds.push(("token_type_ids", Tensor::zeros([b, s], DType::I32, dev)));
+                }
+                let out = model.run(&feeds)?;
+                let hidden = &out[0].tensor;
+                let maskf = Tensor::from_slice(&mask, [b, s], dev).cast(DType::F32);
+                let e = bert::mean_pool_normalize(hidden, &maskf);
+                rows(&e, b, Output::Embedding)
+            }
+            Runner::Classifier { model, arch, dev } => {
+                let mut px = Vec::with_capacity(items.len() * PIXELS);
+                for p in items {
+                    if let Input::Pixels(v) = &p.input {
+                        px.extend(tessera::models::mnist::standardize(v));
+                    }
+                }
+                let x = Tensor::from_slice(&px, tessera::models::mnist::input_shape(arch, items.len()), dev);
+                let probs = model.forward(&x).softmax(-1);
+                rows(&probs, items.len(), Output::Classes)
+            }
+            Runner::OnnxClassifier { model, input, shape } => {
+                // The exported model takes one digit: one lazy run per digit, all
+                // realised together.
+                let dev = model.device();
+                let mut outs = Vec::with_capacity(items.len());
+                for p in items {
+                    let Input::Pixels(v) = &p.input else { continue };
+                    let x = Tensor::from_slice(&tessera::models::mnist::standardize(v), shape.clone(), dev);
+                    let o = model.run(&[(input.as_str(), x)])?;
+                    outs.push(o[0].tensor.reshape([10]).softmax(-1));
+                }
+                let vals = tessera::read_all_blocking(&outs)?;
+                Ok(vals.into_iter().map(|v| Output::Classes(v.into_iter().map(|x| x as f32).collect())).collect())
+            }
+        }
+    }
+
+    /// Whether outputs are embeddings (else class probabilities).
+    pub fn embeds(&self) -> bool {
+        matches!(self, Runner::Bert(_) | Runner::OnnxEmbedder { .. })
+    }
+}
+
+/// Split a `[n, d]` result into rows.
+fn rows(t: &Tensor, n: usize, make: fn(Vec<f32>) -> Output) -> Result<Vec<Output>> {
+    let v: Vec<f32> = t.to_vec_blocking()?;
+    let d = v.len() / n.max(1);
+    Ok(v.chunks(d.max(1)).map(|c| make(c.to_vec())).collect())
+}
+
+fn read(p: &Path) -> Result<Vec<u8>> {
+    std::fs::read(p).map_err(|e| Error::Io { path: p.display().to_string(), message: e.to_string() })
+}

@@ -1,0 +1,595 @@
+//! The real `tessera-serve` binary on an ephemeral 127.0.0.1 port, driven over HTTP by
+//! a real client (reqwest). Each test builds its own repository in a temporary
+//! directory; MiniLM comes from the cache `scripts/fetch_minilm.sh` fills (a missing
+//! model fails the test with that hint).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("TESSERA_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tessera"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A server process; SIGTERM and a wait on drop.
+struct Server {
+    child: Option<Child>,
+    url: String,
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(repo: &Path, args: &[&str]) -> Server {
+        let minilm = data_dir().join("minilm/model.safetensors");
+        assert!(minilm.exists(), "{} is missing: run `bash scripts/fetch_minilm.sh`", minilm.display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-serve"))
+            .args(["--port", "0", "--repo"])
+            .arg(repo)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tessera-serve");
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("  [server] {line}");
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+        let url =
+            line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
+        let s = Server { child: Some(child), url, stderr };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&self) {
+        let c = client();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            if c.get(self.at("/health/ready")).send().is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the server did not become ready:\n{}", self.stderr.lock().unwrap());
+    }
+
+    fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value, reqwest::header::HeaderMap) {
+        let r = client().post(self.at(path)).json(body).send().expect("request");
+        let (s, h) = (r.status().as_u16(), r.headers().clone());
+        (s, r.json().unwrap_or(Value::Null), h)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let r = client().get(self.at(path)).send().expect("request");
+        (r.status().as_u16(), r.text().unwrap_or_default())
+    }
+
+    /// SIGTERM, then the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the server did not exit within 60 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().expect("client")
+}
+
+/// A repository with the default models (the server builds them on first start), plus
+/// MiniLM versions in other dtypes sharing its files.
+fn repo_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // First start builds minilm/1 and mnist/1.
+    let mut s = Server::start(dir.path(), &["--device", "cpu"]);
+    assert!(s.terminate().success());
+    for (version, dtype) in extra {
+        let m: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("minilm/1/manifest.json")).unwrap()).unwrap();
+        let mut m = m;
+        m["dtype"] = json!(dtype);
+        let d = dir.path().join("minilm").join(version);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("manifest.json"), serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    }
+    dir
+}
+
+fn embedding(v: &Value, i: usize) -> Vec<f32> {
+    v["data"][i]["embedding"].as_array().expect("embedding").iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+#[test]
+fn embeddings_predictions_models_health_and_metrics() {
+    let repo = repo_with(&[]);
+    let s = Server::start(repo.path(), &["--device", "cpu"]);
+    // Embeddings match the in-process SentenceEmbedder.
+    let texts =
+        ["A man is eating food.", "The new movie is awesome.", "GPU kernels written in WGSL run in the browser."];
+    let (st, one, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0] }));
+    assert_eq!(st, 200, "{one}");
+    assert_eq!(h["x-tessera-version"], "1");
+    assert_eq!(one["object"], "list");
+    assert_eq!(one["data"][0]["object"], "embedding");
+    assert!(one["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    let (st, many, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts }));
+    assert_eq!(st, 200, "{many}");
+    let dev = tessera::Device::cpu();
+    let emb = tessera::models::bert::SentenceEmbedder::load(data_dir().join("minilm"), &dev).expect("embedder");
+    let want = emb.embed_blocking(&texts).expect("embed");
+    for (i, w) in want.iter().enumerate() {
+        let got = embedding(&many, i);
+        let err = got.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(err < 1e-5, "text {i}: max difference {err} from the in-process embedder");
+    }
+    // The repeat is a cache hit with the same values; base64 decodes to the same floats.
+    let (_, again, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0] }));
+    assert_eq!(h["x-cache"], "hit");
+    assert_eq!(embedding(&again, 0), embedding(&one, 0));
+    let (st, b64, _) =
+        s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0], "encoding_format": "base64" }));
+    assert_eq!(st, 200);
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let floats: Vec<f32> = raw.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(floats, embedding(&one, 0));
+    // Predictions match the classifier run in process on the same digits.
+    let data = tessera::io::mnist::Mnist::load(&root().join("data/mnist.bin")).expect("mnist");
+    let idx: Vec<usize> = (8000..8016).collect();
+    let px = data.images_f32(&idx);
+    let inputs: Vec<Vec<f32>> = px.chunks(784).map(|c| c.to_vec()).collect();
+    let (st, pred, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": inputs }));
+    assert_eq!(st, 200, "{pred}");
+    let mut model = tessera::models::mnist::build("mlp", 0, &dev).unwrap();
+    let mut opt = tessera::optim::Adam::new(1e-3);
+    tessera::io::checkpoint::load(repo.path().join("mnist/1/model.ckpt"), &mut model, &mut opt, &dev).unwrap();
+    use tessera::nn::Layer;
+    let x = tessera::Tensor::from_slice(&tessera::models::mnist::standardize(&px), [16, 784], &dev);
+    let labels: Vec<i32> = model.forward(&x).argmax_dim(-1).to_vec_blocking().unwrap();
+    let served: Vec<i32> =
+        pred["predictions"].as_array().unwrap().iter().map(|p| p["label"].as_i64().unwrap() as i32).collect();
+    assert_eq!(served, labels);
+    let correct = served.iter().zip(&idx).filter(|(p, &i)| **p == data.labels[i] as i32).count();
+    assert!(correct >= 12, "the served classifier got {correct}/16 digits");
+    // A 28x28 nested array works too.
+    let nested: Vec<Vec<f32>> = inputs[0].chunks(28).map(|r| r.to_vec()).collect();
+    let (st, p1, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [nested] }));
+    assert_eq!((st, p1["predictions"][0]["label"].as_i64()), (200, Some(labels[0] as i64)));
+    // Models, health, metrics.
+    let (st, models) = s.get("/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    let minilm = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "minilm").unwrap();
+    assert_eq!(minilm["live"], "1");
+    assert_eq!(minilm["versions"][0]["state"], "ready");
+    assert_eq!(s.get("/health/live").0, 200);
+    assert_eq!(s.get("/health/ready").0, 200);
+    let (st, metrics) = s.get("/metrics");
+    assert_eq!(st, 200);
+    for m in [
+        "tessera_requests_total{model=\"minilm\",version=\"1\",status=\"200\"}",
+        "tessera_request_queue_seconds_bucket",
+        "tessera_request_compute_seconds_bucket",
+        "tessera_request_seconds_bucket",
+        "tessera_batch_size_bucket",
+        "tessera_cache_hits_total",
+        "tessera_cache_misses_total",
+        "tessera_queue_depth",
+        "tessera_device_bytes_in_use",
+    ] {
+        assert!(metrics.contains(m), "/metrics lacks {m}:\n{metrics}");
+    }
+    // promtool accepts the exposition.
+    let promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut p = promtool.expect("promtool is missing: install Debian's prometheus package (scripts/setup.sh does)");
+    p.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn hostile_requests_get_clear_4xx_and_the_server_keeps_serving() {
+    let repo = repo_with(&[]);
+    let s = Server::start(
+        repo.path(),
+        &["--device", "cpu", "--body-limit-bytes", "65536", "--body-timeout-s", "1", "--max-inputs", "8"],
+    );
+    let raw = |body: &[u8]| {
+        let r = client()
+            .post(s.at("/v1/embeddings"))
+            .header("content-type", "application/json")
+            .body(body.to_vec())
+            .send()
+            .unwrap();
+        let st = r.status().as_u16();
+        (st, r.json::<Value>().unwrap_or(Value::Null))
+    };
+    let check = |what: &str, (st, v): (u16, Value), want: u16, needle: &str| {
+        assert_eq!(st, want, "{what}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap_or_else(|| panic!("{what}: no error message in {v}"));
+        assert!(v["error"]["type"].is_string(), "{what}: {v}");
+        assert!(msg.contains(needle), "{what}: {msg:?} lacks {needle:?}");
+    };
+    check("malformed JSON", raw(b"{\"model\": \"minilm\", \"input\": "), 400, "not valid JSON");
+    check("not an object", raw(b"[1, 2]"), 400, "JSON object");
+    check("empty body", raw(b""), 400, "empty");
+    check("non-UTF-8", raw(b"{\"model\": \"minilm\", \"input\": \"\xff\xfe\"}"), 400, "UTF-8");
+    check("wrong type", raw(br#"{"model": "minilm", "input": 42}"#), 400, "a number");
+    check("wrong item type", raw(br#"{"model": "minilm", "input": ["ok", {"a": 1}]}"#), 400, "'input'[1]");
+    check("empty string", raw(br#"{"model": "minilm", "input": ""}"#), 400, "empty");
+    check("empty array", raw(br#"{"model": "minilm", "input": []}"#), 400, "empty array");
+    check("missing model", raw(br#"{"input": "hi"}"#), 400, "'model' is required");
+    let nine: Vec<String> = (0..9).map(|i| format!("text {i}")).collect();
+    let (st, v, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": nine }));
+    check("too many inputs", (st, v), 400, "at most 8");
+    check("unknown model", raw(br#"{"model": "nope", "input": "hi"}"#), 404, "no model");
+    check("classifier as embedder", raw(br#"{"model": "mnist", "input": "hi"}"#), 400, "classifier");
+    check("token arrays", raw(br#"{"model": "minilm", "input": [[1, 2, 3]]}"#), 400, "token arrays");
+    check(
+        "bad encoding",
+        raw(br#"{"model": "minilm", "input": "hi", "encoding_format": "hex"}"#),
+        400,
+        "encoding_format",
+    );
+    let big = format!("{{\"model\": \"minilm\", \"input\": \"{}\"}}", "a".repeat(70_000));
+    check("body over the limit", raw(big.as_bytes()), 413, "limit");
+    let p = |b: Value| {
+        let (a, v, _) = s.post("/v1/models/mnist/predict", &b);
+        (a, v)
+    };
+    check("wrong image size", p(json!({ "inputs": [vec![0.5f32; 700]] })), 400, "700 values");
+    check("not numbers", p(json!({ "inputs": [["a"]] })), 400, "a string");
+    check("no inputs", p(json!({ "x": 1 })), 400, "'inputs' is required");
+    let (st, v, _) = s.post("/v1/models/nope/predict", &json!({ "inputs": [vec![0.0f32; 784]] }));
+    check("unknown model (predict)", (st, v), 404, "no model");
+    let (st, v, _) = s.post("/v1/models/minilm/versions/7/load", &json!({}));
+    check("unknown version", (st, v), 404, "no version");
+    let (st, v, _) = s.post("/v1/models/minilm/promote", &json!({ "version": "7" }));
+    check("promote unknown version", (st, v), 404, "no version");
+    let (st, v, _) = s.post("/v1/models/minilm/rollback", &json!({}));
+    check("rollback with no history", (st, v), 409, "nothing to roll back");
+    let r = client().get(s.at("/v2/nothing")).send().unwrap();
+    check("unknown path", (r.status().as_u16(), r.json().unwrap()), 404, "no such endpoint");
+    // A slow client: headers promise a body that never comes.
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+    write!(tcp, "POST /v1/embeddings HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"model\"").unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t = Instant::now();
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "slow client got {answer:?}");
+    assert!(t.elapsed() < Duration::from_secs(10), "the slow client held the server {:?}", t.elapsed());
+    // Still serving.
+    let (st, _, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": "still here" }));
+    assert_eq!(st, 200);
+    let (_, metrics) = s.get("/metrics");
+    assert!(!metrics.contains("status=\"500\""), "a hostile request was answered 500:\n{metrics}");
+}
+
+/// Clients posting one sentence per request until `stop`; counts sent, answered, 5xx.
+struct Load {
+    sent: Arc<AtomicU64>,
+    answered: Arc<AtomicU64>,
+    server_errors: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(url: &str, clients: usize) -> Load {
+        let l = Load {
+            sent: Arc::default(),
+            answered: Arc::default(),
+            server_errors: Arc::default(),
+            stop: Arc::default(),
+            threads: Vec::new(),
+        };
+        let mut threads = Vec::new();
+        for c in 0..clients {
+            let (url, sent, answered, errs, stop) =
+                (url.to_string(), l.sent.clone(), l.answered.clone(), l.server_errors.clone(), l.stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let cl = client();
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    k += 1;
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    let body = json!({ "model": "minilm", "input": format!("client {c} says hello number {k}") });
+                    if let Ok(r) = cl.post(format!("{url}/v1/embeddings")).json(&body).send() {
+                        let st = r.status().as_u16();
+                        if r.bytes().is_ok() {
+                            answered.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if st >= 500 {
+                            errs.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }));
+        }
+        Load { threads, ..l }
+    }
+
+    fn stop(self) -> (u64, u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        (
+            self.sent.load(Ordering::SeqCst),
+            self.answered.load(Ordering::SeqCst),
+            self.server_errors.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[test]
+fn promote_rollback_and_an_automatic_canary_rollback_lose_no_request_under_load() {
+    // v2: q8_0 (close to f32); v3: q4_0 without calibration (a worse copy); v4: a file
+    // whose checksum does not match.
+    let repo = repo_with(&[("2", "q8_0"), ("3", "q4_0")]);
+    let bad = repo.path().join("minilm/4");
+    std::fs::create_dir_all(&bad).unwrap();
+    let mut m: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo.path().join("minilm/1/manifest.json")).unwrap()).unwrap();
+    m["files"]["model.safetensors"]["sha256"] = json!("0".repeat(64));
+    std::fs::write(bad.join("manifest.json"), m.to_string()).unwrap();
+    std::fs::write(repo.path().join("minilm/LIVE"), "1").unwrap();
+    let s =
+        Server::start(repo.path(), &["--device", "cpu", "--guard-min-cosine", "0.995", "--guard-min-samples", "12"]);
+    let load = Load::start(&s.url, 8);
+    std::thread::sleep(Duration::from_millis(500));
+    let ok = |(st, v, _): (u16, Value, reqwest::header::HeaderMap)| {
+        assert_eq!(st, 200, "{v}");
+        v
+    };
+    ok(s.post("/v1/models/minilm/versions/2/load", &json!({})));
+    ok(s.post("/v1/models/minilm/promote", &json!({ "version": "2" })));
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, v, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": "which version?" }));
+    assert_eq!(h["x-tessera-version"], "2", "{v}");
+    ok(s.post("/v1/models/minilm/rollback", &json!({})));
+    let (_, _, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": "which version now?" }));
+    assert_eq!(h["x-tessera-version"], "1");
+    // A version that fails its checksum is refused; v1 keeps serving.
+    let (st, v, _) = s.post("/v1/models/minilm/versions/4/load", &json!({}));
+    assert_eq!(st, 422, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("SHA-256"), "{v}");
+    // The bad canary: rolled back by the guard, on its own.
+    ok(s.post("/v1/models/minilm/versions/3/load", &json!({})));
+    ok(s.post("/v1/models/minilm/promote", &json!({ "version": "3", "canary_fraction": 0.5 })));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let models = loop {
+        let (_, text) = s.get("/v1/models");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let m = v["data"].as_array().unwrap().iter().find(|m| m["id"] == "minilm").unwrap().clone();
+        if m["canary"].is_null() {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "the canary was not rolled back: {m}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (sent, answered, errors) = load.stop();
+    let events = models["events"].to_string();
+    assert!(events.contains("canary 3 rolled back (automatic: mean cosine"), "{events}");
+    assert_eq!(models["live"], "1");
+    assert!(models["versions"].as_array().unwrap().iter().any(|v| v["version"] == "4" && v["state"] == "failed"));
+    eprintln!("under load: {sent} requests sent, {answered} answered, {errors} 5xx");
+    assert_eq!(sent, answered, "requests were lost");
+    assert_eq!(errors, 0, "5xx answers under promote/rollback/canary");
+    assert!(sent > 50, "only {sent} requests ran");
+}
+
+#[test]
+fn sigterm_answers_every_accepted_request_then_exits_zero() {
+    let repo = repo_with(&[]);
+    let mut s = Server::start(repo.path(), &["--device", "cpu", "--max-batch-size", "4"]);
+    // 12 requests of 8 sentences each: several batches' work in flight.
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let url = s.at("/v1/embeddings");
+            std::thread::spawn(move || {
+                let texts: Vec<String> =
+                    (0..8).map(|k| format!("request {i} sentence {k} with a few more words in it")).collect();
+                client()
+                    .post(url)
+                    .json(&json!({ "model": "minilm", "input": texts }))
+                    .send()
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(150));
+    let status = s.terminate();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(status.success(), "exit status {status:?}");
+    // Requests the server accepted are answered 200; none is dropped mid-way.
+    for code in results.iter().flatten() {
+        assert_eq!(*code, 200, "{results:?}");
+    }
+    let answered = results.iter().filter(|r| r.is_ok()).count();
+    assert!(answered >= 1, "no request was in flight at SIGTERM: {results:?}");
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let repo = repo_with(&[]);
+    let s = Server::start(
+        repo.path(),
+        &["--device", "cpu", "--max-batch-size", "1", "--queue-capacity", "2", "--cache-mb", "0"],
+    );
+    let handles: Vec<_> = (0..24)
+        .map(|i| {
+            let url = s.at("/v1/embeddings");
+            std::thread::spawn(move || {
+                let texts: Vec<String> = (0..4).map(|k| format!("flood {i} {k}")).collect();
+                let r = client().post(url).json(&json!({ "model": "minilm", "input": texts })).send().unwrap();
+                (r.status().as_u16(), r.headers().get("retry-after").is_some())
+            })
+        })
+        .collect();
+    let results: Vec<(u16, bool)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(results.iter().any(|r| r.0 == 429), "no 429 from a queue of 2: {results:?}");
+    assert!(results.iter().all(|r| r.0 == 200 || (r.0 == 429 && r.1)), "{results:?}");
+}
+
+#[test]
+fn a_lost_device_answers_503_then_recovers() {
+    let repo = repo_with(&[]);
+    let s = Server::start(repo.path(), &["--device", "gpu", "--test-hooks"]);
+    let (st, _, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [vec![0.1f32; 784]] }));
+    assert_eq!(st, 200);
+    let (st, _, _) = s.post("/v1/admin/lose-device", &json!({}));
+    assert_eq!(st, 200);
+    let (st, v, h) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [vec![0.2f32; 784]] }));
+    assert_eq!(st, 503, "{v}");
+    assert!(
+        h.contains_key("retry-after") && v["error"]["message"].as_str().unwrap().contains("device was lost"),
+        "{v}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (st, v, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [vec![0.3f32; 784]] }));
+        if st == 200 {
+            break;
+        }
+        assert!(st == 503 && Instant::now() < deadline, "{st}: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, metrics) = s.get("/metrics");
+    assert!(metrics.contains("tessera_device_recoveries_total"), "{metrics}");
+}
+
+#[test]
+fn batch_prediction_resumes_without_redoing_or_duplicating_lines() {
+    let repo = repo_with(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines: Vec<String> = (0..40)
+        .map(|i| {
+            if i == 13 {
+                "not json".to_string()
+            } else {
+                json!({ "input": format!("batch line {i} about a topic") }).to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let run = |out: &Path| {
+        let st = Command::new(env!("CARGO_BIN_EXE_tessera-serve"))
+            .args(["batch", "--quiet", "--model", "minilm", "--device", "cpu", "--repo"])
+            .arg(repo.path())
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(out)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let full = dir.path().join("full.jsonl");
+    run(&full);
+    let text = std::fs::read_to_string(&full).unwrap();
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 40);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["line"], i);
+    }
+    assert!(rows[13]["error"].as_str().unwrap().contains("not JSON"));
+    assert_eq!(rows[0]["embedding"].as_array().unwrap().len(), 384);
+    // An interrupted run: 17 complete lines and a torn one.
+    let partial = dir.path().join("partial.jsonl");
+    let mut cut: String = text.lines().take(17).map(|l| format!("{l}\n")).collect();
+    cut.push_str(&text.lines().nth(17).unwrap()[..50]);
+    std::fs::write(&partial, cut).unwrap();
+    run(&partial);
+    let resumed = std::fs::read_to_string(&partial).unwrap();
+    let again: Vec<Value> = resumed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(again.len(), 40, "lines redone or duplicated");
+    for (a, b) in again.iter().zip(&rows) {
+        assert_eq!(a["line"], b["line"]);
+        if let (Some(x), Some(y)) = (a["embedding"].as_array(), b["embedding"].as_array()) {
+            let d = x.iter().zip(y).map(|(p, q)| (p.as_f64().unwrap() - q.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+            assert!(d < 1e-5, "line {}: {d}", a["line"]);
+        }
+    }
+}
+
+#[test]
+fn loadgen_reports_batching_and_cache_phases() {
+    let repo = repo_with(&[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera-serve"))
+        .args(["loadgen", "--json", "--clients", "8", "--seconds", "2", "--device", "cpu", "--repo"])
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let phase = |name: &str| {
+        rows.iter()
+            .find(|r| r["phase"].as_str().is_some_and(|p| p.starts_with(name)))
+            .unwrap_or_else(|| panic!("{text}"))
+    };
+    let on = phase("batching on");
+    let warm = phase("warm cache");
+    let off = phase("max_batch_size=1");
+    for r in [on, warm, off] {
+        assert!(r["ok"].as_u64().unwrap() > 0 && r["errors"] == 0, "{r}");
+    }
+    assert!(warm["cache_hit_rate"].as_f64().unwrap() > 0.99, "{warm}");
+    assert!(on["mean_batch_size"].as_f64().unwrap() > 1.0, "{on}");
+    assert!((off["mean_batch_size"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{off}");
+    assert!(rows.iter().any(|r| r["batching_speedup"].is_number()), "{text}");
+}
