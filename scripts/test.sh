@@ -55,6 +55,9 @@ acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/pytho
 .venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
 cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
 
+echo "== tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
+cargo test --release -p tessera-serve
+
 echo "== browser: the npm package and its tests in headless Chromium on WebGPU"
 bash scripts/test_web.sh
 echo "== all checks passed"

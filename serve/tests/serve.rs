@@ -173,6 +173,25 @@ fn embeddings_predictions_models_health_and_metrics() {
     let raw = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
     let floats: Vec<f32> = raw.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(floats, embedding(&one, 0));
+    // OpenAI's own Python client (scripts/setup_python.sh installs it) reads the same
+    // vectors, through base64, and raises NotFoundError for an unknown model.
+    let python = root().join(".venv/bin/python");
+    assert!(python.exists(), "{} is missing: run `bash scripts/setup_python.sh`", python.display());
+    let out = Command::new(&python)
+        .arg(root().join("scripts/openai_client.py"))
+        .arg(&s.url)
+        .arg("minilm")
+        .args(texts)
+        .output()
+        .expect("run scripts/openai_client.py");
+    assert!(out.status.success(), "openai client: {}", String::from_utf8_lossy(&out.stderr));
+    let oa: Value = serde_json::from_slice(&out.stdout).expect("openai client JSON");
+    assert_eq!(oa["model"], "minilm");
+    for i in 0..texts.len() {
+        let got: Vec<f32> =
+            oa["embeddings"][i].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(got, embedding(&many, i), "text {i} through the OpenAI client");
+    }
     // Predictions match the classifier run in process on the same digits.
     let data = tessera::io::mnist::Mnist::load(&root().join("data/mnist.bin")).expect("mnist");
     let idx: Vec<usize> = (8000..8016).collect();
