@@ -266,6 +266,9 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         phases.push(
             phase(&client, &url, &a.model, "warm cache (all hits)", a.clients, a.seconds.min(5.0), fixed.clone()).await,
         );
+        // What one hit costs with nothing queued ahead of it: at 32 clients on a small
+        // host, the hit latency is mostly waiting for a core (Little's law).
+        phases.push(phase(&client, &url, &a.model, "warm cache, 1 client", 1, a.seconds.min(3.0), fixed.clone()).await);
         if a.url.is_none() {
             unbatched = spawn(&a, &["--max-batch-size", "1"])?;
             wait_ready(&client, &unbatched.url).await?;

@@ -603,11 +603,13 @@ fn loadgen_reports_batching_and_cache_phases() {
     };
     let on = phase("batching on");
     let warm = phase("warm cache");
+    let single = phase("warm cache, 1 client");
     let off = phase("max_batch_size=1");
-    for r in [on, warm, off] {
+    for r in [on, warm, single, off] {
         assert!(r["ok"].as_u64().unwrap() > 0 && r["errors"] == 0, "{r}");
     }
     assert!(warm["cache_hit_rate"].as_f64().unwrap() > 0.99, "{warm}");
+    assert!(single["cache_hit_rate"].as_f64().unwrap() > 0.99, "{single}");
     assert!(on["mean_batch_size"].as_f64().unwrap() > 1.0, "{on}");
     assert!((off["mean_batch_size"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{off}");
     assert!(rows.iter().any(|r| r["batching_speedup"].is_number()), "{text}");
