@@ -11,6 +11,7 @@ bash scripts/fetch_minilm.sh
 bash scripts/fetch_mnist.sh
 bash scripts/gen_onnx_node_tests.sh
 bash scripts/fetch_onnx_models.sh
+bash scripts/make_minilm_onnx.sh
 source scripts/env.sh
 data="${TESSERA_DATA:-$HOME/.cache/tessera}"
 

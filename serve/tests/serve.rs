@@ -614,3 +614,102 @@ fn loadgen_reports_batching_and_cache_phases() {
     assert!((off["mean_batch_size"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{off}");
     assert!(rows.iter().any(|r| r["batching_speedup"].is_number()), "{text}");
 }
+
+fn sha256_hex(path: &Path) -> String {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// ONNX versions (kind `onnx`) serve the same answers as the native ones: MiniLM from
+/// `scripts/make_minilm_onnx.sh`, and the MNIST classifier exported by Tessera itself.
+/// Also `dimensions` and unloading a version.
+#[test]
+fn onnx_versions_answer_like_the_native_ones() {
+    let repo = repo_with(&[]);
+    let minilm_onnx = data_dir().join("minilm/model.onnx");
+    assert!(minilm_onnx.exists(), "{} is missing: run `bash scripts/make_minilm_onnx.sh`", minilm_onnx.display());
+    let tok = data_dir().join("minilm/tokenizer.json");
+    let v2 = repo.path().join("minilm/2");
+    std::fs::create_dir_all(&v2).unwrap();
+    let manifest = json!({
+        "kind": "onnx", "task": "embedding", "dtype": "f32",
+        "files": {
+            "model.onnx": { "path": minilm_onnx, "sha256": sha256_hex(&minilm_onnx) },
+            "tokenizer.json": { "path": tok, "sha256": sha256_hex(&tok) },
+        }
+    });
+    std::fs::write(v2.join("manifest.json"), manifest.to_string()).unwrap();
+    // The classifier of mnist/1, exported to ONNX by tessera::onnx::export.
+    let dev = tessera::Device::cpu();
+    let mut model = tessera::models::mnist::build("mlp", 0, &dev).unwrap();
+    let mut opt = tessera::optim::Adam::new(1e-3);
+    tessera::io::checkpoint::load(repo.path().join("mnist/1/model.ckpt"), &mut model, &mut opt, &dev).unwrap();
+    let m2 = repo.path().join("mnist/2");
+    std::fs::create_dir_all(&m2).unwrap();
+    let example = tessera::Tensor::zeros([1, 784], tessera::DType::F32, &dev);
+    tessera::onnx::export(&model, &[example], m2.join("model.onnx")).expect("export");
+    let manifest = json!({
+        "kind": "onnx", "task": "classification", "dtype": "f32",
+        "files": { "model.onnx": { "sha256": sha256_hex(&m2.join("model.onnx")) } }
+    });
+    std::fs::write(m2.join("manifest.json"), manifest.to_string()).unwrap();
+
+    // The newest version of each model starts live: both are ONNX.
+    let s = Server::start(repo.path(), &["--device", "cpu"]);
+    let texts = ["A man is eating food.", "Rust compiles WGSL kernels at run time."];
+    let (st, got, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts }));
+    assert_eq!((st, h["x-tessera-version"].to_str().unwrap()), (200, "2"), "{got}");
+    let emb = tessera::models::bert::SentenceEmbedder::load(data_dir().join("minilm"), &dev).expect("embedder");
+    let want = emb.embed_blocking(&texts).expect("embed");
+    for (i, w) in want.iter().enumerate() {
+        let err = embedding(&got, i).iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(err < 1e-4, "text {i}: the ONNX version is {err} from the native embedder");
+    }
+    // `dimensions` keeps the first d values, renormalised (OpenAI's Matryoshka option).
+    let (st, short, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0], "dimensions": 64 }));
+    assert_eq!(st, 200, "{short}");
+    let short = embedding(&short, 0);
+    let full = embedding(&got, 0);
+    let norm = full[..64].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert_eq!(short.len(), 64);
+    for (a, b) in short.iter().zip(&full[..64]) {
+        assert!((a - b / norm).abs() < 1e-6);
+    }
+    let (st, v, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": "x", "dimensions": 1000 }));
+    assert!(st == 400 && v["error"]["message"].as_str().unwrap().contains("more than"), "{st} {v}");
+
+    let data = tessera::io::mnist::Mnist::load(&root().join("data/mnist.bin")).expect("mnist");
+    let idx: Vec<usize> = (8100..8110).collect();
+    let px = data.images_f32(&idx);
+    let inputs: Vec<Vec<f32>> = px.chunks(784).map(|c| c.to_vec()).collect();
+    let (st, pred, h) = s.post("/v1/models/mnist/predict", &json!({ "inputs": inputs }));
+    assert_eq!((st, h["x-tessera-version"].to_str().unwrap()), (200, "2"), "{pred}");
+    use tessera::nn::Layer;
+    let x = tessera::Tensor::from_slice(&tessera::models::mnist::standardize(&px), [10, 784], &dev);
+    let want: Vec<Vec<f32>> =
+        model.forward(&x).softmax(-1).to_vec_blocking::<f32>().unwrap().chunks(10).map(|c| c.to_vec()).collect();
+    for (i, w) in want.iter().enumerate() {
+        let p: Vec<f32> = pred["predictions"][i]["probabilities"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{pred}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let err = p.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(err < 1e-5, "digit {i}: ONNX probabilities {err} from the native model");
+    }
+    // Unloading the live version is refused; loading and unloading another works.
+    let (st, v, _) = s.post("/v1/models/mnist/versions/2/unload", &json!({}));
+    assert_eq!(st, 409, "{v}");
+    let (st, v, _) = s.post("/v1/models/mnist/versions/1/load", &json!({}));
+    assert_eq!(st, 200, "{v}");
+    let (st, v, _) = s.post("/v1/models/mnist/versions/1/unload", &json!({}));
+    assert_eq!(st, 200, "{v}");
+    let (_, models) = s.get("/v1/models");
+    let models: Value = serde_json::from_str(&models).unwrap();
+    let mnist = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "mnist").unwrap();
+    let state =
+        |v: &str| mnist["versions"].as_array().unwrap().iter().find(|x| x["version"] == v).unwrap()["state"].clone();
+    assert_eq!((state("1"), state("2")), (json!("unloaded"), json!("ready")), "{mnist}");
+}
