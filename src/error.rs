@@ -56,6 +56,10 @@ pub enum Error {
     /// The operation is not available on this target (for example blocking on wasm).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A collective failed: a rank died, stalled past the timeout, or the ranks disagree
+    /// (different weights, different bucket layouts).
+    #[error("distributed: {0}")]
+    Distributed(String),
 }
 
 impl Error {

@@ -35,6 +35,8 @@ pub mod autocast;
 pub mod autograd;
 pub mod device;
 mod display;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod dist;
 pub mod dtype;
 pub mod error;
 pub mod graph;
