@@ -54,6 +54,35 @@ pub trait Communicator {
     fn abort(&self, reason: &str);
 }
 
+/// A shared communicator (one `MpiComm` per process, used by several runs in turn).
+impl<C: Communicator + ?Sized> Communicator for std::rc::Rc<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn all_reduce_sum(
+        &self,
+        sizes: &[usize],
+        fill: &mut dyn FnMut(usize, &mut [f32]) -> Result<()>,
+    ) -> Result<Vec<Vec<f32>>> {
+        (**self).all_reduce_sum(sizes, fill)
+    }
+    fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {
+        (**self).broadcast(bytes, root)
+    }
+    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        (**self).all_gather_u64(value)
+    }
+    fn barrier(&self) -> Result<()> {
+        (**self).barrier()
+    }
+    fn abort(&self, reason: &str) {
+        (**self).abort(reason)
+    }
+}
+
 /// The timeout for one collective: `TESSERA_DIST_TIMEOUT` seconds, else 120 s.
 pub fn default_timeout() -> Duration {
     std::env::var("TESSERA_DIST_TIMEOUT")
