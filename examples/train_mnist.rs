@@ -61,6 +61,66 @@ struct Args {
     /// output `output`, the 10 logits) to this file.
     #[arg(long)]
     export_onnx: Option<PathBuf>,
+    /// Data-parallel over MPI: one rank per process (`mpirun -np 2 ... --distributed`;
+    /// build with `--features mpi`). `--batch` is per rank.
+    #[arg(long)]
+    distributed: bool,
+    /// `all`: data-parallel with one replica per wgpu adapter in this process.
+    #[arg(long)]
+    devices: Option<String>,
+}
+
+#[path = "dist/mod.rs"]
+mod dist;
+
+/// The MNIST model as a data-parallel replica: each rank takes its shard of the
+/// training digits (`DistributedSampler`, reshuffled per epoch).
+struct MnistReplica {
+    data: Mnist,
+    kind: String,
+    seed: u64,
+    batch: usize,
+    lr: f64,
+}
+
+impl dist::Replica for MnistReplica {
+    type Model = Sequential;
+    fn model(&self, dev: &Device) -> tessera::Result<Sequential> {
+        build(&self.kind, self.seed, dev)
+    }
+    fn optimizer(&self) -> Box<dyn Optimizer> {
+        Box::new(Adam::new(self.lr))
+    }
+    fn schedule(&self, total: u64) -> LrSchedule {
+        LrSchedule::cosine(self.lr, 50.min(total / 4), total, 1e-5)
+    }
+    fn loss(
+        &self,
+        model: &mut Sequential,
+        rank: usize,
+        size: usize,
+        step: u64,
+        dev: &Device,
+    ) -> tessera::Result<Tensor> {
+        let per_epoch = (TRAIN / (self.batch * size)).max(1) as u64;
+        let order = tessera::dist::DistributedSampler::new(TRAIN, rank, size, self.seed).indices(step / per_epoch);
+        let at = (step % per_epoch) as usize * self.batch;
+        let (x, y) = batch_tensors(&self.data, &order[at..at + self.batch], self.kind == "cnn", dev);
+        Ok(loss::cross_entropy(&model.forward(&x), &y))
+    }
+    fn batch(&self) -> usize {
+        self.batch
+    }
+    fn report(&self, model: &mut Sequential, dev: &Device) -> tessera::Result<String> {
+        let test_idx: Vec<usize> = (TRAIN..self.data.len()).collect();
+        let preds = evaluate(model, &self.data, &test_idx, self.kind == "cnn", dev)?;
+        let right = preds.iter().zip(&test_idx).filter(|(p, &i)| **p == self.data.labels[i] as i32).count();
+        Ok(format!(
+            "test accuracy (rank 0's replica): {:.4} on {} digits",
+            right as f64 / test_idx.len() as f64,
+            test_idx.len()
+        ))
+    }
 }
 
 const TRAIN: usize = tessera::models::mnist::TRAIN;
@@ -122,9 +182,38 @@ fn run(args: Args) -> tessera::Result<()> {
         }
         e => e,
     })?;
-    let dev = Device::new()?;
     let cnn = args.model == "cnn";
     let epochs = args.epochs.unwrap_or(if cnn { 5 } else { 8 });
+    if args.distributed || args.devices.is_some() {
+        let transport = match (args.distributed, args.devices.as_deref()) {
+            (true, None) => dist::Transport::Mpi,
+            (false, Some("all")) => dist::Transport::AllDevices,
+            _ => {
+                return Err(tessera::Error::Unsupported(
+                    "use either --distributed (under mpirun) or --devices all".into(),
+                ))
+            }
+        };
+        let replica = MnistReplica {
+            data,
+            kind: args.model.clone(),
+            seed: args.seed,
+            batch: args.batch,
+            lr: args.lr.unwrap_or(if cnn { 4e-3 } else { 2e-3 }),
+        };
+        let plan = dist::Plan {
+            max_steps: args.max_steps.map(|m| m as u64),
+            epochs: epochs as u64,
+            examples: TRAIN,
+            checkpoint: args.checkpoint_dir.join(format!("mnist-{}-ddp.safetensors", args.model)),
+            resume: args.resume,
+            checkpoint_every: 50,
+            name: format!("mnist {}", args.model),
+        };
+        std::fs::create_dir_all(&args.checkpoint_dir).ok();
+        return dist::run(&replica, &plan, transport);
+    }
+    let dev = Device::new()?;
     let mut model = build(&args.model, args.seed, &dev)?;
     let steps_per_epoch = TRAIN / args.batch;
     let total_steps = (epochs * steps_per_epoch) as u64;

@@ -59,3 +59,12 @@ apt_install "the browser package" "wasm-opt and chromium present" "${web_missing
 serve_missing=()
 command -v promtool >/dev/null 2>&1 || serve_missing+=(prometheus)
 apt_install "the server's metrics check" "promtool present" "${serve_missing[@]}"
+
+# Data-parallel training over MPI (cargo feature `mpi`): Open MPI, and libclang for
+# rsmpi's bindgen.
+mpi_missing=()
+command -v mpirun >/dev/null 2>&1 || mpi_missing+=(openmpi-bin)
+[ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || compgen -G '/usr/lib/*/openmpi/include/mpi.h' >/dev/null \
+  || mpi_missing+=(libopenmpi-dev)
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || mpi_missing+=(libclang-dev)
+apt_install "MPI for distributed training" "Open MPI and libclang present" "${mpi_missing[@]}"

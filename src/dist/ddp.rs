@@ -295,33 +295,49 @@ impl DistributedDataParallel {
         };
         let grads = self.local_grads(model, &scaled)?;
         let dev = loss.device().clone();
-        // One flat tensor per bucket, computed in the same realisation as the loss.
-        let bucket_tensors: Vec<Tensor> = self
-            .buckets
-            .iter()
-            .map(|b| {
-                let parts: Vec<Tensor> = b.iter().map(|&j| grads[j].clone()).collect();
-                if parts.len() == 1 {
-                    parts[0].clone()
-                } else {
-                    Tensor::concat(&parts, 0)
-                }
-            })
-            .collect();
-        drop(grads);
+        // On a GPU, one flat tensor per bucket, computed in the same realisation as the
+        // loss, so each bucket is one readback. On the host backends the gradients are
+        // read tensor by tensor (a copy each), which beats a concatenation there.
+        let host = dev.is_cpu();
+        let realised: Vec<Tensor> = if host {
+            grads.clone()
+        } else {
+            self.buckets
+                .iter()
+                .map(|b| {
+                    let parts: Vec<Tensor> = b.iter().map(|&j| grads[j].clone()).collect();
+                    if parts.len() == 1 {
+                        parts[0].clone()
+                    } else {
+                        Tensor::concat(&parts, 0)
+                    }
+                })
+                .collect()
+        };
         let mut to_read = vec![loss.clone()];
         to_read.extend_from_slice(read);
-        let mut values = pollster::block_on(dev.read_and_realize(&to_read, &bucket_tensors))?;
+        let mut values = pollster::block_on(dev.read_and_realize(&to_read, &realised))?;
         let loss_value = values.remove(0).first().copied().unwrap_or(f64::NAN);
 
         let t0 = Instant::now();
+        let buckets = &self.buckets;
+        let params = &self.params;
         let reduced = self.comm.all_reduce_sum(&self.bucket_sizes, &mut |k, buf| {
-            let v = bucket_tensors[k].to_vec_blocking::<f32>()?;
-            buf.copy_from_slice(&v);
+            if host {
+                let mut at = 0;
+                for &j in &buckets[k] {
+                    let n = params[j].1;
+                    buf[at..at + n].copy_from_slice(&realised[j].to_vec_blocking::<f32>()?);
+                    at += n;
+                }
+            } else {
+                buf.copy_from_slice(&realised[k].to_vec_blocking::<f32>()?);
+            }
             Ok(())
         })?;
         let comm_seconds = t0.elapsed().as_secs_f64();
-        drop(bucket_tensors);
+        drop(realised);
+        drop(grads);
 
         // Every rank holds the same sums, so these decisions agree without messages.
         let inv = 1.0 / (self.comm.size() as f64 * scale.unwrap_or(1.0));
