@@ -31,7 +31,8 @@ fn main() {
         std::process::exit(code);
     }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 3] = [
+    let tests: [(&str, fn()); 4] = [
+        ("a_stalled_rank_times_out_and_aborts_the_job", a_stalled_rank_times_out_and_aborts_the_job),
         ("two_mpi_ranks_end_like_one_process", two_mpi_ranks_end_like_one_process),
         ("a_killed_rank_ends_the_job_and_the_run_resumes", a_killed_rank_ends_the_job_and_the_run_resumes),
         ("diverged_replicas_fail_naming_the_step", diverged_replicas_fail_naming_the_step),
@@ -177,6 +178,19 @@ fn a_killed_rank_ends_the_job_and_the_run_resumes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn a_stalled_rank_times_out_and_aborts_the_job() {
+    let dir = out_dir("stall");
+    let t = Instant::now();
+    let out = mpirun("stall", &dir, &[("TESSERA_DIST_TIMEOUT", "2".into())]).output().expect("mpirun");
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("  rank 1 stalled: the job ended after {:.1} s", took.as_secs_f64());
+    assert!(!out.status.success(), "a stalled job must fail");
+    assert!(err.contains("barrier timed out after 2.0 s"), "stderr:\n{err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn diverged_replicas_fail_naming_the_step() {
     let dir = out_dir("diverge");
     let out = mpirun("diverge", &dir, &[]).output().expect("mpirun");
@@ -189,7 +203,8 @@ fn diverged_replicas_fail_naming_the_step() {
 // ---- a rank ----
 
 fn rank_main(case: &str) -> tessera::Result<()> {
-    let comm = Rc::new(MpiComm::init_with_timeout(Duration::from_secs(30))?);
+    let timeout = std::env::var("TESSERA_DIST_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(30.0);
+    let comm = Rc::new(MpiComm::init_with_timeout(Duration::from_secs_f64(timeout))?);
     let rank = comm.rank();
     let out = PathBuf::from(std::env::var_os("TESSERA_DIST_OUT").expect("TESSERA_DIST_OUT"));
     std::fs::write(out.join(format!("pid.{rank}")), std::process::id().to_string()).ok();
@@ -257,6 +272,13 @@ fn rank_main(case: &str) -> tessera::Result<()> {
                 ddp.step(&mut m, o.as_mut(), &l, DdpStep::default())?;
             }
             Ok(())
+        }
+        "stall" => {
+            if rank == 1 {
+                // Alive but stuck: no collective from this rank for a long time.
+                std::thread::sleep(Duration::from_secs(300));
+            }
+            comm.barrier()
         }
         other => panic!("unknown case {other}"),
     }

@@ -79,6 +79,9 @@ pub struct DistributedDataParallel {
     /// Gradients accumulated by `backward_no_sync` (f32, flat, realised).
     pending: Option<Vec<Tensor>>,
     steps: u64,
+    /// Host buffers per bucket, kept across steps (touched once, not per step).
+    send: Vec<Vec<f32>>,
+    recv: Vec<Vec<f32>>,
 }
 
 impl DistributedDataParallel {
@@ -103,8 +106,17 @@ impl DistributedDataParallel {
                 }
             }
         }
-        let ddp =
-            DistributedDataParallel { comm, options, params, buckets, bucket_sizes: sizes, pending: None, steps: 0 };
+        let ddp = DistributedDataParallel {
+            comm,
+            options,
+            params,
+            buckets,
+            bucket_sizes: sizes,
+            pending: None,
+            steps: 0,
+            send: Vec::new(),
+            recv: Vec::new(),
+        };
         ddp.check_layout(model)?;
         ddp.broadcast_state(model, true)?;
         Ok(ddp)
@@ -237,38 +249,29 @@ impl DistributedDataParallel {
     }
 
     /// Sum `flat` (all gradients as one f32 vector, parameters in order) across ranks
-    /// through the bucket layout: DDP's reduction without the device, for benchmarks.
-    pub fn reduce_flat(&self, flat: &[f32]) -> Result<Vec<f32>> {
-        let offsets = self.param_offsets();
-        let reduced = self.comm.all_reduce_sum(&self.bucket_sizes, &mut |k, buf| {
-            let mut at = 0;
-            for &j in &self.buckets[k] {
-                let (o, n) = (offsets[j], self.params[j].1);
-                buf[at..at + n].copy_from_slice(&flat[o..o + n]);
-                at += n;
-            }
-            Ok(())
-        })?;
-        let mut out = vec![0.0f32; flat.len()];
-        for (k, b) in reduced.iter().enumerate() {
-            let mut at = 0;
-            for &j in &self.buckets[k] {
-                let (o, n) = (offsets[j], self.params[j].1);
-                out[o..o + n].copy_from_slice(&b[at..at + n]);
-                at += n;
-            }
+    /// into `out` through the bucket layout, without copies (a bucket is a contiguous
+    /// run of parameters): DDP's reduction without the device, for benchmarks.
+    pub fn reduce_flat(&self, flat: &mut [f32], out: &mut [f32]) -> Result<()> {
+        let total: usize = self.params.iter().map(|p| p.1).sum();
+        if flat.len() != total || out.len() != total {
+            return Err(Error::Distributed(format!(
+                "reduce_flat: {total} values expected, got {} and {}",
+                flat.len(),
+                out.len()
+            )));
         }
-        Ok(out)
-    }
-
-    fn param_offsets(&self) -> Vec<usize> {
-        let mut o = Vec::with_capacity(self.params.len());
-        let mut at = 0;
-        for (_, n) in &self.params {
-            o.push(at);
-            at += n;
+        // Buckets hold parameters in reverse order, so bucket k is the k-th run from the end.
+        let (mut send, mut recv): (Vec<&mut [f32]>, Vec<&mut [f32]>) = (Vec::new(), Vec::new());
+        let (mut rest_s, mut rest_r) = (flat, out);
+        for &n in &self.bucket_sizes {
+            let (a, b) = rest_s.split_at_mut(rest_s.len() - n);
+            let (c, d) = rest_r.split_at_mut(rest_r.len() - n);
+            send.push(b);
+            recv.push(d);
+            rest_s = a;
+            rest_r = c;
         }
-        o
+        self.comm.all_reduce_sum(&mut send, &mut recv, &mut |_, _| Ok(()))
     }
 
     /// One data-parallel training step (PyTorch's `loss.backward()` under DDP, then
@@ -320,9 +323,15 @@ impl DistributedDataParallel {
         let loss_value = values.remove(0).first().copied().unwrap_or(f64::NAN);
 
         let t0 = Instant::now();
+        if self.send.len() != self.bucket_sizes.len() {
+            self.send = self.bucket_sizes.iter().map(|&n| vec![0.0f32; n]).collect();
+            self.recv = self.bucket_sizes.iter().map(|&n| vec![0.0f32; n]).collect();
+        }
         let buckets = &self.buckets;
         let params = &self.params;
-        let reduced = self.comm.all_reduce_sum(&self.bucket_sizes, &mut |k, buf| {
+        let mut send: Vec<&mut [f32]> = self.send.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut recv: Vec<&mut [f32]> = self.recv.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.comm.all_reduce_sum(&mut send, &mut recv, &mut |k, buf| {
             if host {
                 let mut at = 0;
                 for &j in &buckets[k] {
@@ -335,6 +344,8 @@ impl DistributedDataParallel {
             }
             Ok(())
         })?;
+        drop((send, recv));
+        let reduced = &self.recv;
         let comm_seconds = t0.elapsed().as_secs_f64();
         drop(realised);
         drop(grads);

@@ -114,37 +114,39 @@ impl Communicator for LocalComm {
 
     fn all_reduce_sum(
         &self,
-        sizes: &[usize],
-        fill: &mut dyn FnMut(usize, &mut [f32]) -> Result<()>,
-    ) -> Result<Vec<Vec<f32>>> {
-        let mut mine = Vec::with_capacity(sizes.len());
-        for (k, &n) in sizes.iter().enumerate() {
-            let mut b = vec![0.0f32; n];
-            if let Err(e) = fill(k, &mut b) {
+        send: &mut [&mut [f32]],
+        recv: &mut [&mut [f32]],
+        fill: &mut (dyn FnMut(usize, &mut [f32]) -> Result<()> + Send),
+    ) -> Result<()> {
+        let mut mine = Vec::with_capacity(send.len());
+        for (k, b) in send.iter_mut().enumerate() {
+            if let Err(e) = fill(k, b) {
                 self.abort(&format!("rank {} could not read its gradients: {e}", self.rank));
                 return Err(e);
             }
-            mine.push(b);
+            mine.push(b.to_vec());
         }
         let all = self.exchange(Payload::F32(mine), "all-reduce")?;
-        let mut out: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0f32; n]).collect();
+        for o in recv.iter_mut() {
+            o.fill(0.0);
+        }
         for (r, p) in all.iter().enumerate() {
             let Payload::F32(bufs) = p else {
                 return Err(Error::Distributed(format!("rank {r} entered a different collective than all-reduce")));
             };
-            if bufs.len() != sizes.len() || bufs.iter().zip(sizes).any(|(b, &n)| b.len() != n) {
+            if bufs.len() != recv.len() || bufs.iter().zip(recv.iter()).any(|(b, o)| b.len() != o.len()) {
                 return Err(Error::Distributed(format!(
                     "rank {r} all-reduced buckets of other sizes than rank {}: the replicas differ",
                     self.rank
                 )));
             }
-            for (o, b) in out.iter_mut().zip(bufs) {
+            for (o, b) in recv.iter_mut().zip(bufs) {
                 for (x, y) in o.iter_mut().zip(b) {
                     *x += y;
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {

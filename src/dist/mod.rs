@@ -34,14 +34,16 @@ pub trait Communicator {
     fn rank(&self) -> usize;
     /// Ranks in the group.
     fn size(&self) -> usize;
-    /// Sum f32 buffers across ranks, bucket by bucket: `fill(k, buf)` writes bucket `k`
-    /// (`sizes[k]` values), and bucket `k + 1` is filled while bucket `k` is reduced
-    /// where the transport allows. Every rank gets the same sums, bit for bit.
+    /// Sum f32 buckets across ranks into `recv`: `fill(k, send[k])` writes bucket `k`,
+    /// then its reduction starts, so bucket `k + 1` is filled (read back from the
+    /// device) while bucket `k` is reduced where the transport allows. Every rank gets
+    /// the same sums, bit for bit.
     fn all_reduce_sum(
         &self,
-        sizes: &[usize],
-        fill: &mut dyn FnMut(usize, &mut [f32]) -> Result<()>,
-    ) -> Result<Vec<Vec<f32>>>;
+        send: &mut [&mut [f32]],
+        recv: &mut [&mut [f32]],
+        fill: &mut (dyn FnMut(usize, &mut [f32]) -> Result<()> + Send),
+    ) -> Result<()>;
     /// Overwrite `bytes` on every rank with `root`'s.
     fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()>;
     /// Every rank's `value`, in rank order.
@@ -64,10 +66,11 @@ impl<C: Communicator + ?Sized> Communicator for std::rc::Rc<C> {
     }
     fn all_reduce_sum(
         &self,
-        sizes: &[usize],
-        fill: &mut dyn FnMut(usize, &mut [f32]) -> Result<()>,
-    ) -> Result<Vec<Vec<f32>>> {
-        (**self).all_reduce_sum(sizes, fill)
+        send: &mut [&mut [f32]],
+        recv: &mut [&mut [f32]],
+        fill: &mut (dyn FnMut(usize, &mut [f32]) -> Result<()> + Send),
+    ) -> Result<()> {
+        (**self).all_reduce_sum(send, recv, fill)
     }
     fn broadcast(&self, bytes: &mut [u8], root: usize) -> Result<()> {
         (**self).broadcast(bytes, root)
