@@ -59,6 +59,10 @@ cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sampl
 echo "== tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve
 
+echo "== distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
+cargo test --release --features mpi --test dist_mpi
+CHECKPOINT_DIR="$ci_out/dist" bash scripts/dist_demo.sh --max-steps 40 --quiet
+
 echo "== browser: the npm package and its tests in headless Chromium on WebGPU"
 bash scripts/test_web.sh
 echo "== all checks passed"
