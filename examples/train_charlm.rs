@@ -20,7 +20,7 @@ use tessera::nn::{loss, Embedding, LayerNorm, Linear, Module, TransformerEncoder
 use tessera::optim::{Adam, LrSchedule, LrScheduler, Optimizer, StepOptions};
 use tessera::{DType, Device, Tensor};
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(about = "Train a small character-level transformer language model with Tessera")]
 struct Args {
     /// Training steps.
@@ -59,6 +59,55 @@ struct Args {
     /// Dropout inside the transformer layers.
     #[arg(long, default_value_t = 0.0)]
     dropout: f64,
+    /// Data-parallel over MPI: one rank per process (`mpirun -np 2 ... --distributed`;
+    /// build with `--features mpi`). `--batch` is per rank.
+    #[arg(long)]
+    distributed: bool,
+    /// `all`: data-parallel with one replica per wgpu adapter in this process.
+    #[arg(long)]
+    devices: Option<String>,
+    /// Continue a data-parallel run from its checkpoint.
+    #[arg(long)]
+    resume: bool,
+    #[arg(long, default_value = "checkpoints")]
+    checkpoint_dir: std::path::PathBuf,
+}
+
+#[path = "dist/mod.rs"]
+mod dist;
+
+/// The language model as a data-parallel replica: each rank draws its own random
+/// windows, seeded by (seed, step, rank).
+struct CharLmReplica {
+    corpus: Corpus,
+    args: Args,
+}
+
+impl dist::Replica for CharLmReplica {
+    type Model = CharLm;
+    fn model(&self, dev: &Device) -> tessera::Result<CharLm> {
+        Ok(CharLm::new(&self.args, self.corpus.vocab.len(), dev))
+    }
+    fn optimizer(&self) -> Box<dyn Optimizer> {
+        Box::new(Adam::adamw(self.args.lr, 0.01))
+    }
+    fn schedule(&self, total: u64) -> LrSchedule {
+        LrSchedule::cosine(self.args.lr, (total / 10).clamp(1, 30), total, self.args.lr / 10.0)
+    }
+    fn loss(&self, model: &mut CharLm, rank: usize, size: usize, step: u64, dev: &Device) -> tessera::Result<Tensor> {
+        let mut rng =
+            Rng::new(self.args.seed ^ (step * size as u64 + rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (x, y) = batch(&self.corpus, self.args.batch, self.args.block, &mut rng, dev);
+        Ok(loss::cross_entropy(&model.forward(&x), &y))
+    }
+    fn batch(&self) -> usize {
+        self.args.batch
+    }
+    fn report(&self, model: &mut CharLm, dev: &Device) -> tessera::Result<String> {
+        let mut rng = Rng::new(self.args.seed ^ 0x5a5a_5a5a);
+        let (prompt, text) = sample(model, &self.corpus, &self.args, &mut rng, dev)?;
+        Ok(format!("sample (rank 0's replica): {prompt:?} -> {text:?}"))
+    }
 }
 
 /// Seeded xorshift64.
@@ -290,6 +339,24 @@ fn run(args: Args) -> tessera::Result<()> {
             corpus.ids.len(),
             args.block
         )));
+    }
+    if args.distributed || args.devices.is_some() {
+        let transport = match (args.distributed, args.devices.as_deref()) {
+            (true, None) => dist::Transport::Mpi,
+            (false, Some("all")) => dist::Transport::AllDevices,
+            _ => return Err(invalid("use either --distributed (under mpirun) or --devices all".into())),
+        };
+        let plan = dist::Plan {
+            max_steps: Some(args.steps as u64),
+            epochs: 1,
+            examples: 0,
+            checkpoint: args.checkpoint_dir.join("charlm-ddp.safetensors"),
+            resume: args.resume,
+            checkpoint_every: 50,
+            name: "charlm".into(),
+        };
+        std::fs::create_dir_all(&args.checkpoint_dir).ok();
+        return dist::run(&CharLmReplica { corpus, args }, &plan, transport);
     }
     let dev = Device::new()?;
     let vocab = corpus.vocab.len();
