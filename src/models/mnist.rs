@@ -2,11 +2,9 @@
 //! input standardisation, and a short training run (for a server that starts without a
 //! trained model).
 
-use crate::io::mnist::Mnist;
-use crate::nn::{loss, Activation, Conv2d, Flatten, Layer, Linear, MaxPool2d, Module, Sequential};
+use crate::nn::{Activation, Conv2d, Flatten, Linear, MaxPool2d, Sequential};
 use crate::ops::nn::Conv2dOptions;
-use crate::optim::{Adam, Optimizer};
-use crate::{Device, Error, Result, Tensor};
+use crate::{Device, Error, Result};
 
 /// The digits the demo trains on (the first 8,000); the rest are its test set.
 pub const TRAIN: usize = 8000;
@@ -55,10 +53,21 @@ pub fn standardize(px: &[f32]) -> Vec<f32> {
 }
 
 /// Train `kind` from seed `seed` for `steps` Adam steps (batch 64, lr 1e-3) on the
-/// training digits; returns the model in evaluation mode and its optimiser.
-pub fn train(kind: &str, data: &Mnist, steps: usize, seed: u64, dev: &Device) -> Result<(Sequential, Adam)> {
+/// training digits; returns the model in evaluation mode and its optimiser (native:
+/// it blocks on each step).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn train(
+    kind: &str,
+    data: &crate::io::mnist::Mnist,
+    steps: usize,
+    seed: u64,
+    dev: &Device,
+) -> Result<(Sequential, crate::optim::Adam)> {
+    use crate::nn::{loss, Layer, Module};
+    use crate::optim::Optimizer;
+    use crate::Tensor;
     let mut model = build(kind, seed, dev)?;
-    let mut opt = Adam::new(1e-3);
+    let mut opt = crate::optim::Adam::new(1e-3);
     let batch = 64;
     let train = TRAIN.min(data.len());
     for s in 0..steps {
