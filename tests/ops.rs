@@ -349,6 +349,19 @@ fn concat_stack_and_indexing() {
             Tensor::stack(&[a.clone(), a.neg()], 2),
         ]
     });
+    // Outermost-axis concatenations large enough to span several chunks of the CPU
+    // backend (its contiguous fast path), with odd sizes and a fused input.
+    check("concat outer", |d| {
+        let a = rand_t(&[70_001], 4, -1.0, 1.0, d);
+        let b = rand_t(&[3, 33_333], 5, -1.0, 1.0, d);
+        let c = rand_t(&[1, 2, 50_000], 6, -1.0, 1.0, d);
+        let e = rand_t(&[1, 3, 50_000], 7, -1.0, 1.0, d);
+        vec![
+            Tensor::concat(&[a.clone(), b.reshape([99_999]), a.exp()], 0),
+            Tensor::concat(&[c.clone(), e.clone(), c.neg()], 1),
+            Tensor::concat(&[b.clone(), b.t().reshape([3, 33_333])], 0),
+        ]
+    });
     check("index", |d| {
         let x = rand_t(&[4, 6], 5, -1.0, 1.0, d);
         let idx = Tensor::from_slice(&[3i32, 0, 0, 2, 1], [5], d);

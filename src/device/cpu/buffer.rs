@@ -94,6 +94,20 @@ impl Vals {
         }
     }
 
+    /// `self[offset..offset + src.len()] = src` (both of one compute type).
+    pub fn write_at(&mut self, offset: usize, src: &Vals) {
+        fn go<T: Copy>(dst: &mut [T], offset: usize, src: &[T]) {
+            dst[offset..offset + src.len()].copy_from_slice(src);
+        }
+        match (self, src) {
+            (Vals::F(d), Vals::F(s)) => go(d, offset, s),
+            (Vals::I(d), Vals::I(s)) => go(d, offset, s),
+            (Vals::U(d), Vals::U(s)) => go(d, offset, s),
+            (Vals::B(d), Vals::B(s)) => go(d, offset, s),
+            _ => debug_assert!(false, "write_at between compute types"),
+        }
+    }
+
     /// `self[pos[j]] = src[j]` for every `j` (both of one compute type).
     pub fn scatter(&mut self, pos: &[usize], src: &Vals) {
         fn go<T: Copy>(dst: &mut [T], pos: &[usize], src: &[T]) {

@@ -628,6 +628,26 @@ impl<'a> Evaluator<'a> {
                 });
                 self.scatter_from(dt, len, *value, ins[0], &pos, src)?
             }
+            Kind::Concat { axis }
+                if node.dims[..*axis].iter().product::<usize>() == 1 && matches!(at.idx, Idx::Range(..)) =>
+            {
+                // Along the outermost axis each input is one contiguous stretch of the
+                // output: evaluate the part of each that the chunk covers as a range.
+                let Idx::Range(a, n) = at.idx else { unreachable!("matched a range") };
+                let inner: usize = node.dims[*axis + 1..].iter().product();
+                let mut out = Vals::splat(dt, 0.0, len);
+                let mut start = 0;
+                for &i in ins {
+                    let size = prog.nodes[i].dims[*axis] * inner;
+                    let (lo, hi) = (a.max(start), (a + n).min(start + size));
+                    if lo < hi {
+                        let v = self.eval_at(i, Idx::Range(lo - start, hi - lo))?;
+                        out.write_at(lo - a, &v);
+                    }
+                    start += size;
+                }
+                out
+            }
             Kind::Concat { axis } => {
                 let mut out = Vals::splat(dt, 0.0, len);
                 let mut starts = Vec::with_capacity(ins.len());
