@@ -384,10 +384,12 @@ impl DistributedDataParallel {
             let trainable: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].trainable).collect();
             let mut avg = Gradients::default();
             for (k, b) in reduced.iter().enumerate() {
-                let flat = Tensor::from_slice(b, [b.len()], &dev);
+                // One upload per parameter, in its own shape: views into one flat
+                // upload cost more to evaluate than the copies they save.
                 for &(j, at) in &offsets_in_bucket[k] {
                     let t = &*slots[trainable[j]].tensor;
-                    let g = flat.narrow(0, at, self.params[j].1).reshape(t.dims().to_vec()).mul_scalar(factor);
+                    let g =
+                        Tensor::from_slice(&b[at..at + self.params[j].1], t.dims().to_vec(), &dev).mul_scalar(factor);
                     avg.insert(t, g.cast(t.dtype()));
                 }
             }
