@@ -33,6 +33,8 @@ extern crate self as tessera;
 
 pub mod autocast;
 pub mod autograd;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod compress;
 pub mod device;
 mod display;
 #[cfg(not(target_arch = "wasm32"))]

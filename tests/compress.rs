@@ -1,0 +1,208 @@
+//! Magnitude pruning (per tensor, global, N:M), masks held through fine-tuning, the
+//! gradual schedule, and sparse storage, on the CPU backend and the first GPU adapter.
+
+mod common;
+
+use tessera::compress::prune::{cubic_sparsity, prunable, Pruning};
+use tessera::compress::sparse;
+use tessera::nn::{loss, Layer, Module, Sequential};
+use tessera::optim::{Adam, Optimizer, Sgd};
+use tessera::{DType, Device, Tensor};
+
+fn devices() -> Vec<Device> {
+    vec![Device::cpu(), common::first_device()]
+}
+
+fn mlp(dev: &Device) -> Sequential {
+    tessera::models::mnist::build("mlp", 3, dev).unwrap()
+}
+
+fn values(m: &mut Sequential) -> Vec<(String, Vec<f32>)> {
+    m.slots().iter().map(|s| (s.name.clone(), s.tensor.cast(DType::F32).to_vec_blocking::<f32>().unwrap())).collect()
+}
+
+fn zeros(v: &[f32]) -> usize {
+    v.iter().filter(|x| **x == 0.0).count()
+}
+
+#[test]
+fn per_tensor_pruning_removes_exactly_the_smallest_magnitudes() {
+    for dev in devices() {
+        common::record(&dev);
+        let mut m = mlp(&dev);
+        let before = values(&mut m);
+        let mut p = Pruning::default();
+        p.l1_unstructured(&mut m, 0.5, &prunable).unwrap();
+        for ((name, w), (_, w0)) in values(&mut m).iter().zip(&before) {
+            if !name.ends_with("weight") {
+                assert_eq!(w, w0, "{name}: not selected, unchanged");
+                continue;
+            }
+            assert_eq!(zeros(w), w.len() / 2, "{name}");
+            let cut = w0.iter().zip(w).filter(|(_, a)| **a == 0.0).map(|(b, _)| b.abs()).fold(0.0f32, f32::max);
+            let kept = w.iter().filter(|a| **a != 0.0).map(|a| a.abs()).fold(f32::INFINITY, f32::min);
+            assert!(cut <= kept, "{name}: pruned {cut} > kept {kept}");
+        }
+        // Pruning again by 50% prunes half of what is left.
+        p.l1_unstructured(&mut m, 0.75, &prunable).unwrap();
+        let (per, all) = p.sparsity().unwrap();
+        assert!((all - 0.75).abs() < 1e-3 && per.values().all(|s| (s - 0.75).abs() < 1e-3), "{per:?}");
+    }
+}
+
+#[test]
+fn global_pruning_uses_one_threshold_across_layers() {
+    let dev = Device::cpu();
+    let mut m = mlp(&dev);
+    let before = values(&mut m);
+    let mut p = Pruning::default();
+    p.global_unstructured(&mut m, 0.6, &prunable).unwrap();
+    let (per, all) = p.sparsity().unwrap();
+    assert!((all - 0.6).abs() < 1e-4, "{all}");
+    let fractions: Vec<f64> = per.values().copied().collect();
+    assert!((fractions[0] - fractions[1]).abs() > 0.01, "layers lose different fractions: {per:?}");
+    let after = values(&mut m);
+    let (mut cut, mut kept) = (0.0f32, f32::INFINITY);
+    for ((name, w), (_, w0)) in after.iter().zip(&before) {
+        if name.ends_with("weight") {
+            for (a, b) in w.iter().zip(w0) {
+                if *a == 0.0 {
+                    cut = cut.max(b.abs());
+                } else {
+                    kept = kept.min(a.abs());
+                }
+            }
+        }
+    }
+    assert!(cut <= kept, "one threshold: pruned {cut} > kept {kept}");
+}
+
+#[test]
+fn masks_hold_through_fine_tuning_with_the_optimiser_state_masked() {
+    let data = tessera::io::mnist::Mnist::load(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist.bin").as_path(),
+    )
+    .expect("data/mnist.bin (scripts/fetch_mnist.sh)");
+    for dev in devices() {
+        for adam in [false, true] {
+            let mut m = mlp(&dev);
+            let mut opt: Box<dyn Optimizer> =
+                if adam { Box::new(Adam::new(1e-3)) } else { Box::new(Sgd::new(0.05).with_momentum(0.9, false)) };
+            let mut p = Pruning::default();
+            p.l1_unstructured(&mut m, 0.7, &prunable).unwrap();
+            let pruned = values(&mut m);
+            for k in 0..5 {
+                let idx: Vec<usize> = (k * 32..k * 32 + 32).collect();
+                let x =
+                    Tensor::from_slice(&tessera::models::mnist::standardize(&data.images_f32(&idx)), [32, 784], &dev);
+                let y = Tensor::from_slice(&data.labels_i32(&idx), [32], &dev);
+                let l = loss::cross_entropy(&m.forward(&x), &y);
+                opt.step(&mut m, &l).unwrap();
+                p.after_step(&mut m, opt.as_mut()).unwrap();
+            }
+            let tuned = values(&mut m);
+            for ((name, w), (_, w0)) in tuned.iter().zip(&pruned) {
+                if name.ends_with("weight") {
+                    for (a, b) in w.iter().zip(w0) {
+                        assert!(*b != 0.0 || *a == 0.0, "{name}: a pruned weight came back ({a})");
+                    }
+                    assert!(w.iter().zip(w0).any(|(a, b)| a != b), "{name}: fine-tuning changed nothing");
+                }
+            }
+            for (name, t) in opt.state() {
+                let param = name.rsplit_once('.').unwrap().0;
+                if let Some((_, w0)) = pruned.iter().find(|(n, _)| n == param && n.ends_with("weight")) {
+                    let s = t.to_vec_blocking::<f32>().unwrap();
+                    for (x, b) in s.iter().zip(w0) {
+                        assert!(*b != 0.0 || *x == 0.0, "{name}: optimiser state of a pruned weight is {x}");
+                    }
+                }
+            }
+            p.remove(&mut m).unwrap();
+            assert!(p.masks.is_empty());
+            assert_eq!(values(&mut m), tuned, "remove bakes the masks in");
+        }
+    }
+}
+
+#[test]
+fn two_four_masks_keep_the_two_largest_of_every_four() {
+    let dev = Device::cpu();
+    let mut m = mlp(&dev);
+    let before = values(&mut m);
+    let mut p = Pruning::default();
+    p.n_m(&mut m, 2, 4, &prunable).unwrap();
+    for ((name, w), (_, w0)) in values(&mut m).iter().zip(&before) {
+        if !name.ends_with("weight") {
+            continue;
+        }
+        for (g, (a, b)) in w.chunks(4).zip(w0.chunks(4)).enumerate() {
+            assert_eq!(zeros(a), 2, "{name} group {g}: {a:?}");
+            let cut = b.iter().zip(a).filter(|(_, x)| **x == 0.0).map(|(y, _)| y.abs()).fold(0.0f32, f32::max);
+            let kept = a.iter().filter(|x| **x != 0.0).map(|x| x.abs()).fold(f32::INFINITY, f32::min);
+            assert!(cut <= kept, "{name} group {g}");
+        }
+    }
+    assert!(p.n_m(&mut m, 3, 2, &prunable).is_err());
+    let mut lin = Sequential::new().add(tessera::nn::Linear::new(6, 2, true, 1, &dev));
+    let e = Pruning::default().n_m(&mut lin, 2, 4, &prunable).unwrap_err().to_string();
+    assert!(e.contains("not a multiple of 4"), "{e}");
+}
+
+#[test]
+fn the_cubic_schedule_rises_fast_then_levels() {
+    assert_eq!(cubic_sparsity(0.0, 0.9, 100, 1000, 50), 0.0);
+    assert_eq!(cubic_sparsity(0.0, 0.9, 100, 1000, 100), 0.0);
+    assert!((cubic_sparsity(0.0, 0.9, 100, 1000, 600) - (0.9 - 0.9 / 8.0)).abs() < 1e-12);
+    assert!((cubic_sparsity(0.0, 0.9, 100, 1000, 1100) - 0.9).abs() < 1e-12);
+    assert!((cubic_sparsity(0.0, 0.9, 100, 1000, 5000) - 0.9).abs() < 1e-12);
+    let s: Vec<f64> = (0..=10).map(|k| cubic_sparsity(0.1, 0.8, 0, 10, k)).collect();
+    assert!(s.windows(2).all(|w| w[1] >= w[0]) && s[1] - s[0] > s[10] - s[9], "{s:?}");
+}
+
+#[test]
+fn sparse_storage_round_trips_exactly_and_is_small() {
+    let dev = Device::cpu();
+    let mut m = mlp(&dev);
+    let mut p = Pruning::default();
+    p.l1_unstructured(&mut m, 0.9, &prunable).unwrap();
+    // A negative zero survives as itself.
+    {
+        let mut slots = m.slots();
+        let b = slots.iter_mut().find(|s| s.name.ends_with("bias")).unwrap();
+        let mut v = b.tensor.to_vec_blocking::<f32>().unwrap();
+        v[0] = -0.0;
+        *b.tensor = Tensor::from_slice(&v, b.tensor.dims().to_vec(), &dev).requires_grad();
+    }
+    let dir = std::env::temp_dir().join(format!("tessera-sparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mlp.sparse.safetensors");
+    let r = sparse::save(&path, &mut m).unwrap();
+    assert_eq!(r.sparse_tensors, 2, "{r:?}");
+    assert!(r.file_bytes * 4 <= r.dense_bytes, "90% sparse: {} bytes of {} dense", r.file_bytes, r.dense_bytes);
+    let mut fresh = tessera::models::mnist::build("mlp", 77, &dev).unwrap();
+    sparse::load(&path, &mut fresh, &dev).unwrap();
+    let (a, b) = (values(&mut m), values(&mut fresh));
+    for ((n, x), (_, y)) in a.iter().zip(&b) {
+        let xb: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
+        let yb: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(xb, yb, "{n}: not bit-exact");
+    }
+    // A truncated or inconsistent file is an error, not a panic.
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [10, bytes.len() / 2, bytes.len() - 3] {
+        assert!(sparse::from_bytes(&bytes[..cut], &dev).is_err(), "cut at {cut}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_amounts_and_empty_selections_are_errors() {
+    let dev = Device::cpu();
+    let mut m = mlp(&dev);
+    let mut p = Pruning::default();
+    assert!(p.l1_unstructured(&mut m, 1.5, &prunable).unwrap_err().to_string().contains("[0, 1]"));
+    assert!(p.global_unstructured(&mut m, -0.1, &prunable).is_err());
+    let none = |_: &str, _: &Tensor| false;
+    assert!(p.l1_unstructured(&mut m, 0.5, &none).unwrap_err().to_string().contains("no parameter"));
+}
