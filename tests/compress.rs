@@ -206,3 +206,54 @@ fn bad_amounts_and_empty_selections_are_errors() {
     let none = |_: &str, _: &Tensor| false;
     assert!(p.l1_unstructured(&mut m, 0.5, &none).unwrap_err().to_string().contains("no parameter"));
 }
+
+#[test]
+fn distillation_matches_its_formula_and_takes_one_submit_per_step() {
+    use tessera::compress::distill::{distill_loss, distill_step, DistillOptions};
+    for dev in devices() {
+        // The loss against a hand computation in f64.
+        let zs = [[1.0f64, -0.5, 0.25], [0.0, 2.0, -1.0]];
+        let zt = [[0.5f64, 0.5, -2.0], [1.5, 0.0, 0.0]];
+        let y = [2i32, 1];
+        let o = DistillOptions { temperature: 3.0, alpha: 0.6 };
+        let lsm = |z: &[f64; 3], t: f64| {
+            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = z.iter().map(|v| ((v - m) / t).exp()).sum();
+            z.map(|v| (v - m) / t - s.ln())
+        };
+        let mut want = 0.0;
+        for i in 0..2 {
+            let (ls, lt) = (lsm(&zs[i], 3.0), lsm(&zt[i], 3.0));
+            let kl: f64 = (0..3).map(|j| lt[j].exp() * (lt[j] - ls[j])).sum();
+            let ce = -lsm(&zs[i], 1.0)[y[i] as usize];
+            want += (0.6 * 9.0 * kl + 0.4 * ce) / 2.0;
+        }
+        let flat = |z: [[f64; 3]; 2]| z.iter().flatten().map(|&v| v as f32).collect::<Vec<f32>>();
+        let s = Tensor::from_slice(&flat(zs), [2, 3], &dev);
+        let t = Tensor::from_slice(&flat(zt), [2, 3], &dev);
+        let got = distill_loss(&s, &t, &Tensor::from_slice(&y, [2], &dev), o).item_blocking::<f32>().unwrap() as f64;
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+
+        // A step: the teacher gets no gradient and does not change; one submit.
+        let teacher = tessera::models::mnist::build("mlp", 5, &dev).unwrap();
+        let mut student = Sequential::new()
+            .add(tessera::nn::Flatten)
+            .add(tessera::nn::Linear::new(784, 32, true, 9, &dev))
+            .add(tessera::nn::Activation::Relu)
+            .add(tessera::nn::Linear::new(32, 10, true, 10, &dev));
+        let mut opt = Adam::new(1e-3);
+        let x = tessera::Tensor::randn([16, 784], 3, &dev);
+        let y = Tensor::from_slice(&[3i32; 16], [16], &dev);
+        let t0: Vec<f32> = teacher.layers[1].forward(&x.clone()).to_vec_blocking().unwrap_or_default();
+        distill_step(&teacher, &mut student, &mut opt, &x, &y, DistillOptions::default()).unwrap();
+        let before = dev.stats();
+        let l = distill_step(&teacher, &mut student, &mut opt, &x, &y, DistillOptions::default()).unwrap();
+        let after = dev.stats();
+        assert!(l.is_finite());
+        if !dev.is_cpu() {
+            assert_eq!(after.submits - before.submits, 1, "one submit per distillation step");
+        }
+        let t1: Vec<f32> = teacher.layers[1].forward(&x).to_vec_blocking().unwrap_or_default();
+        assert_eq!(t0, t1, "the teacher is unchanged");
+    }
+}
