@@ -257,3 +257,94 @@ fn distillation_matches_its_formula_and_takes_one_submit_per_step() {
         assert_eq!(t0, t1, "the teacher is unchanged");
     }
 }
+
+/// Zero the output channels `dead` of every Linear/Conv2d except the last, so removing
+/// them cannot change what the model computes.
+fn kill_channels(m: &mut Sequential, dead: &dyn Fn(usize) -> bool) {
+    let mut slots = m.slots();
+    let n = slots.len();
+    // Weights and biases come in (weight, bias) pairs; the last pair is the output layer.
+    for s in slots.iter_mut().take(n - 2) {
+        let dims = s.tensor.dims().to_vec();
+        let per: usize = dims[1..].iter().product();
+        let mut v = s.tensor.to_vec_blocking::<f32>().unwrap();
+        for (i, x) in v.iter_mut().enumerate() {
+            if dead(i / per.max(1)) {
+                *x = 0.0;
+            }
+        }
+        *s.tensor = Tensor::from_slice(&v, dims, s.tensor.device()).requires_grad();
+    }
+}
+
+#[test]
+fn channel_pruning_removes_dead_channels_without_changing_the_outputs() {
+    use tessera::compress::prune::{prune_channels, ChannelNorm};
+    for dev in devices() {
+        common::record(&dev);
+        for kind in ["mlp", "cnn"] {
+            let mut m = tessera::models::mnist::build(kind, 4, &dev).unwrap();
+            kill_channels(&mut m, &|c| c % 2 == 1);
+            let x = Tensor::randn(tessera::models::mnist::input_shape(kind, 5), 8, &dev);
+            let want = m.forward(&x).to_vec_blocking::<f32>().unwrap();
+            let before = m.num_parameters();
+            let r = prune_channels(&mut m, 0.5, ChannelNorm::L1).unwrap();
+            let got = m.forward(&x).to_vec_blocking::<f32>().unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{kind}: {a} vs {b}");
+            }
+            assert_eq!(r.params_before, before);
+            let expect = if kind == "cnn" { (52_138, 13_242) } else { (203_530, 101_770) };
+            assert_eq!((r.params_before, r.params_after), expect, "{kind}: {r:?}");
+            assert!(r.layers.iter().all(|&(_, o, k)| k * 2 == o), "{r:?}");
+            // Still trains: parameters require gradients.
+            let l = loss::cross_entropy(&m.forward(&x), &Tensor::from_slice(&[1i32; 5], [5], &dev));
+            Adam::new(1e-3).step(&mut m, &l).unwrap();
+        }
+    }
+}
+
+#[test]
+fn channel_pruning_ranks_by_the_chosen_norm_and_carries_batch_norm() {
+    use tessera::compress::prune::{prune_channels, ChannelNorm};
+    use tessera::nn::conv::{BatchNorm2d, Conv2d};
+    use tessera::nn::Linear;
+    let dev = Device::cpu();
+    // Row 0 = [3, 0, 0, 0] (L1 3, L2 3); row 1 = [1, 1, 1, 1] (L1 4, L2 2).
+    let make = || {
+        let mut a = Linear::new(4, 2, false, 1, &dev);
+        a.weight = Tensor::from_slice(&[3.0f32, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [2, 4], &dev).requires_grad();
+        let mut b = Linear::new(2, 1, false, 2, &dev);
+        b.weight = Tensor::from_slice(&[10.0f32, 20.0], [1, 2], &dev).requires_grad();
+        Sequential::new().add(a).add(tessera::nn::Activation::Relu).add(b)
+    };
+    let kept = |m: &mut Sequential| values(m)[1].1.clone();
+    let mut l1 = make();
+    prune_channels(&mut l1, 0.5, ChannelNorm::L1).unwrap();
+    assert_eq!(kept(&mut l1), vec![20.0], "L1 keeps row 1");
+    let mut l2 = make();
+    prune_channels(&mut l2, 0.5, ChannelNorm::L2).unwrap();
+    assert_eq!(kept(&mut l2), vec![10.0], "L2 keeps row 0");
+    // Conv -> BatchNorm -> Conv: the norm's entries follow the kept channels.
+    let mut m = Sequential::new()
+        .add(Conv2d::new(1, 4, 3, tessera::ops::nn::Conv2dOptions::new(1, 1), 3, &dev))
+        .add(BatchNorm2d::new(4, &dev))
+        .add(tessera::nn::Activation::Relu)
+        .add(Conv2d::new(4, 2, 3, tessera::ops::nn::Conv2dOptions::new(1, 1), 4, &dev));
+    {
+        let mut slots = m.slots();
+        let bn_w = slots.iter_mut().find(|s| s.name == "1.weight").unwrap();
+        *bn_w.tensor = Tensor::from_slice(&[0.1f32, 0.2, 0.3, 0.4], [4], &dev).requires_grad();
+    }
+    kill_channels(&mut m, &|c| c == 0 || c == 2);
+    let r = prune_channels(&mut m, 0.5, ChannelNorm::L2).unwrap();
+    assert_eq!(r.layers, vec![(0, 4, 2)]);
+    let v = values(&mut m);
+    let bn = v.iter().find(|(n, _)| n == "1.weight").unwrap();
+    assert_eq!(bn.1, vec![0.2, 0.4], "the BatchNorm keeps channels 1 and 3");
+    let mean = v.iter().find(|(n, _)| n == "1.running_mean").unwrap();
+    assert_eq!(mean.1.len(), 2);
+    let out = m.forward(&Tensor::randn([1, 1, 6, 6], 1, &dev));
+    assert_eq!(out.dims(), &[1, 2, 6, 6]);
+    assert!(prune_channels(&mut m, 2.0, ChannelNorm::L1).is_err());
+}

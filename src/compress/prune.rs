@@ -224,3 +224,180 @@ pub fn cubic_sparsity(initial: f64, target: f64, start: u64, steps: u64, step: u
     let p = ((step - start) as f64 / steps.max(1) as f64).min(1.0);
     target + (initial - target) * (1.0 - p).powi(3)
 }
+
+/// How structured pruning ranks output channels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ChannelNorm {
+    L1,
+    L2,
+}
+
+/// What [`prune_channels`] removed.
+#[derive(Clone, Debug, Default)]
+pub struct ChannelReport {
+    /// Per pruned layer (index in the `Sequential`): outputs before and after.
+    pub layers: Vec<(usize, usize, usize)>,
+    pub params_before: usize,
+    pub params_after: usize,
+}
+
+/// A layer of a `Sequential` as structured pruning sees it.
+enum Seen<'a> {
+    Linear(&'a mut crate::nn::Linear),
+    Conv(&'a mut crate::nn::Conv2d),
+    Norm(&'a mut crate::nn::conv::BatchNorm2d),
+    Flatten,
+    /// Element-wise or pooling: channels pass through unchanged.
+    Through,
+    Other,
+}
+
+fn see(l: &mut Box<dyn crate::nn::Layer>) -> Seen<'_> {
+    use crate::nn::conv::{AvgPool2d, BatchNorm2d, MaxPool2d};
+    use crate::nn::{Activation, Conv2d, Dropout, Flatten, Linear};
+    let Some(a) = l.as_any_mut() else { return Seen::Other };
+    if a.is::<Linear>() {
+        return a.downcast_mut::<Linear>().map_or(Seen::Other, Seen::Linear);
+    }
+    if a.is::<Conv2d>() {
+        return a.downcast_mut::<Conv2d>().map_or(Seen::Other, Seen::Conv);
+    }
+    if a.is::<BatchNorm2d>() {
+        return a.downcast_mut::<BatchNorm2d>().map_or(Seen::Other, Seen::Norm);
+    }
+    if a.is::<Flatten>() {
+        return Seen::Flatten;
+    }
+    if a.is::<Activation>() || a.is::<Dropout>() || a.is::<MaxPool2d>() || a.is::<AvgPool2d>() {
+        return Seen::Through;
+    }
+    Seen::Other
+}
+
+fn keep_index(keep: &[usize], dev: &crate::Device) -> Tensor {
+    let k: Vec<i32> = keep.iter().map(|&i| i as i32).collect();
+    Tensor::from_slice(&k, [k.len()], dev)
+}
+
+fn param(t: Tensor) -> Tensor {
+    t.detach().requires_grad()
+}
+
+/// Structured pruning of a [`crate::nn::Sequential`]: in every Linear or Conv2d whose
+/// outputs feed another Linear or Conv2d (through activations, dropout, pooling,
+/// BatchNorm2d or a Flatten), remove the `amount` fraction of output channels with the
+/// smallest L1 or L2 weight norm. The rows or filters go, with their bias, the
+/// BatchNorm's entries for them, and the inputs of the next layer that read them, so
+/// the model really is smaller and faster. The last layer's outputs are kept. Grouped
+/// convolutions and any other layer in between stop the walk with an error.
+pub fn prune_channels(model: &mut crate::nn::Sequential, amount: f64, norm: ChannelNorm) -> Result<ChannelReport> {
+    check_amount(amount)?;
+    let mut report = ChannelReport { params_before: model.num_parameters(), ..Default::default() };
+    let n = model.layers.len();
+    for i in 0..n {
+        // The producer's outputs and its per-channel norms.
+        let (outs, norms, dev) = match see(&mut model.layers[i]) {
+            Seen::Linear(l) => {
+                let w = l.weight.cast(DType::F32).to_vec_blocking::<f32>()?;
+                let (o, k) = (l.weight.dims()[0], l.weight.dims()[1]);
+                (o, channel_norms(&w, o, k, norm), l.weight.device().clone())
+            }
+            Seen::Conv(c) => {
+                if c.options.groups > 1 {
+                    continue;
+                }
+                let w = c.weight.cast(DType::F32).to_vec_blocking::<f32>()?;
+                let o = c.weight.dims()[0];
+                (o, channel_norms(&w, o, w.len() / o.max(1), norm), c.weight.device().clone())
+            }
+            _ => continue,
+        };
+        // Find the consumer; note BatchNorms and a Flatten on the way.
+        let mut norms_between = Vec::new();
+        let mut flatten = false;
+        let mut consumer = None;
+        for j in i + 1..n {
+            match see(&mut model.layers[j]) {
+                Seen::Linear(_) | Seen::Conv(_) => {
+                    consumer = Some(j);
+                    break;
+                }
+                Seen::Norm(_) => norms_between.push(j),
+                Seen::Flatten => flatten = true,
+                Seen::Through => {}
+                Seen::Other => break,
+            }
+        }
+        let Some(j) = consumer else { continue };
+        let keep_n = ((1.0 - amount) * outs as f64).round().max(1.0) as usize;
+        if keep_n >= outs {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..outs).collect();
+        order.sort_by(|&a, &b| norms[b].total_cmp(&norms[a]).then(a.cmp(&b)));
+        let mut keep: Vec<usize> = order[..keep_n].to_vec();
+        keep.sort_unstable();
+        let idx = keep_index(&keep, &dev);
+        match see(&mut model.layers[i]) {
+            Seen::Linear(l) => {
+                l.weight = param(l.weight.index_select(0, &idx));
+                l.bias = l.bias.as_ref().map(|b| param(b.index_select(0, &idx)));
+            }
+            Seen::Conv(c) => {
+                c.weight = param(c.weight.index_select(0, &idx));
+                c.bias = c.bias.as_ref().map(|b| param(b.index_select(0, &idx)));
+            }
+            _ => {}
+        }
+        for &b in &norms_between {
+            if let Seen::Norm(bn) = see(&mut model.layers[b]) {
+                bn.weight = param(bn.weight.index_select(0, &idx));
+                bn.bias = param(bn.bias.index_select(0, &idx));
+                for m in [&bn.running_mean, &bn.running_var] {
+                    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+                    *g = g.index_select(0, &idx).detach();
+                }
+            }
+        }
+        match see(&mut model.layers[j]) {
+            Seen::Linear(l) => {
+                let inputs = l.weight.dims()[1];
+                let per = if flatten { inputs / outs } else { 1 };
+                if per * outs != inputs {
+                    return Err(bad(format!(
+                        "layer {j} takes {inputs} inputs, not a multiple of layer {i}'s {outs} channels"
+                    )));
+                }
+                let cols: Vec<usize> = keep.iter().flat_map(|&c| c * per..(c + 1) * per).collect();
+                l.weight = param(l.weight.index_select(1, &keep_index(&cols, &dev)));
+            }
+            Seen::Conv(c) => {
+                if c.options.groups > 1 || c.weight.dims()[1] != outs {
+                    return Err(bad(format!("layer {j}: a grouped or mismatched convolution after layer {i}")));
+                }
+                c.weight = param(c.weight.index_select(1, &idx));
+            }
+            _ => {}
+        }
+        report.layers.push((i, outs, keep_n));
+    }
+    // Realise the new parameters once.
+    let ts: Vec<Tensor> = model.slots().iter().map(|s| s.tensor.clone()).collect();
+    if let Some(first) = ts.first() {
+        pollster::block_on(first.device().realize(&ts))?;
+    }
+    report.params_after = model.num_parameters();
+    Ok(report)
+}
+
+fn channel_norms(w: &[f32], outs: usize, per: usize, norm: ChannelNorm) -> Vec<f64> {
+    (0..outs)
+        .map(|o| {
+            let row = &w[o * per..(o + 1) * per];
+            match norm {
+                ChannelNorm::L1 => row.iter().map(|x| x.abs() as f64).sum(),
+                ChannelNorm::L2 => row.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt(),
+            }
+        })
+        .collect()
+}

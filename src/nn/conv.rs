@@ -26,6 +26,10 @@ impl Conv2d {
 }
 
 impl Layer for Conv2d {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
@@ -76,6 +80,10 @@ impl MaxPool2d {
 }
 
 impl Layer for MaxPool2d {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         x.max_pool2d(self.kernel, self.stride, self.padding)
     }
@@ -97,6 +105,10 @@ impl AvgPool2d {
 }
 
 impl Layer for AvgPool2d {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         x.avg_pool2d(self.kernel, self.stride, self.padding)
     }
@@ -152,6 +164,10 @@ impl Module for BatchNorm2d {
 }
 
 impl Layer for BatchNorm2d {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         let c = self.weight.numel();
         let shape = vec![1, c, 1, 1];

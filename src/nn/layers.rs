@@ -64,6 +64,10 @@ impl Linear {
 }
 
 impl Layer for Linear {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         Linear::forward(self, x)
     }
@@ -214,6 +218,10 @@ impl Module for Dropout {
 }
 
 impl Layer for Dropout {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         if !self.training.load(Ordering::Relaxed) || self.p == 0.0 {
             return x.clone();
@@ -256,6 +264,10 @@ impl Module for Activation {
 }
 
 impl Layer for Activation {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         self.apply(x)
     }
@@ -266,6 +278,10 @@ impl Layer for Activation {
 pub struct Flatten;
 
 impl Layer for Flatten {
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn forward(&self, x: &Tensor) -> Tensor {
         let n = x.dims().first().copied().unwrap_or(1);
         x.reshape(vec![n, x.numel() / n.max(1)])

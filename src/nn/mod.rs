@@ -412,6 +412,13 @@ impl<M: Module> Module for Option<M> {
 pub trait Layer: Module {
     /// Apply to `x`.
     fn forward(&self, x: &Tensor) -> Tensor;
+
+    /// The layer as `Any`, so tools that rewrite a model (structured pruning) can find
+    /// the concrete layers inside a [`Sequential`]. Layers those tools need to see
+    /// override it; the default hides the layer (`None`).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// Support for `#[derive(Module)]`: which kind a field is, decided by its type through
