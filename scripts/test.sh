@@ -55,6 +55,7 @@ cargo run --release --example train_mnist -- --max-steps 40 --quiet \
 acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
 .venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
 cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
+cargo run --release --example compress -- --quick --out "$ci_out/compress"
 
 echo "== tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve

@@ -387,7 +387,22 @@ pub async fn quantize_linears_calibrated(
                 c.realize().await?;
                 c
             }
-            q if q.is_quantized() && w.dtype().is_float() => quantize_tensor_weighted(w, q, imp).await?,
+            q if q.is_quantized() && w.dtype().is_float() => {
+                // Blocks run along the input axis: pad it with zero columns to a whole
+                // number of blocks (Linear::forward pads its input to match).
+                let cols = w.dims().get(1).copied().unwrap_or(0);
+                let pad = cols.next_multiple_of(32) - cols;
+                if pad == 0 || w.rank() != 2 {
+                    quantize_tensor_weighted(w, q, imp).await?
+                } else {
+                    let wp = w.pad(&[(0, 0), (0, pad)], 0.0);
+                    let mut ip = imp.to_vec();
+                    if !ip.is_empty() {
+                        ip.resize(cols + pad, 0.0);
+                    }
+                    quantize_tensor_weighted(&wp, q, &ip).await?
+                }
+            }
             _ => {
                 return Err(Error::DType {
                     op: "quantize_linears",

@@ -348,3 +348,27 @@ fn channel_pruning_ranks_by_the_chosen_norm_and_carries_batch_norm() {
     assert_eq!(out.dims(), &[1, 2, 6, 6]);
     assert!(prune_channels(&mut m, 2.0, ChannelNorm::L1).is_err());
 }
+
+#[test]
+fn block_quantised_linears_pad_inputs_that_are_not_whole_blocks() {
+    use tessera::nn::Linear;
+    for dev in devices() {
+        common::record(&dev);
+        let m = mlp(&dev);
+        let x = Tensor::randn([3, 784], 2, &dev);
+        let want = m.forward(&x).to_vec_blocking::<f32>().unwrap();
+        for dt in [DType::Q8_0, DType::Q4_0] {
+            let mut q = mlp(&dev);
+            let ls: Vec<&mut Linear> =
+                q.layers.iter_mut().filter_map(|l| l.as_any_mut().and_then(|a| a.downcast_mut::<Linear>())).collect();
+            pollster::block_on(tessera::quant::quantize_linears(ls, dt)).unwrap();
+            assert_eq!(q.slots()[0].tensor.dims(), &[256, 800], "784 inputs padded to 25 blocks");
+            let got = q.forward(&x).to_vec_blocking::<f32>().unwrap();
+            let dot: f64 = got.iter().zip(&want).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+            let na: f64 = got.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+            let nb: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+            let floor = if dt == DType::Q8_0 { 0.9999 } else { 0.99 };
+            assert!(dot / (na * nb) > floor, "{dt}: cosine {} to f32", dot / (na * nb));
+        }
+    }
+}

@@ -42,6 +42,13 @@ impl Linear {
         // Flatten leading axes: one 2-D product instead of a batch of them.
         let (lead, inner) = x.dims().split_at(x.rank().saturating_sub(1));
         let x2 = if x.rank() > 2 { x.reshape(vec![lead.iter().product(), inner[0]]) } else { x.clone() };
+        // A block-quantised weight whose input axis was padded to whole blocks: pad the
+        // input with zeros to match.
+        let kw = self.weight.dims().get(1).copied().unwrap_or(0);
+        let x2 = match inner.first() {
+            Some(&k) if wdt.is_quantized() && kw > k && kw - k < 32 => x2.pad(&[(0, 0), (0, kw - k)], 0.0),
+            _ => x2,
+        };
         let y = if half {
             let w = if wdt == DType::F16 { self.weight.clone() } else { self.weight.cast(DType::F16) };
             let xh = if x2.dtype() == DType::F16 { x2.clone() } else { x2.cast(DType::F16) };
