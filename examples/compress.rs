@@ -47,6 +47,9 @@ struct Args {
     /// here (e.g. `2,0.5 4,0.7 8,0.9`), then exit.
     #[arg(long, num_args = 1..)]
     sweep: Vec<String>,
+    /// Student training steps (default: 3,000; 60 with --quick).
+    #[arg(long)]
+    student_steps: Option<usize>,
 }
 
 struct Budget {
@@ -176,11 +179,14 @@ fn run(args: Args) -> tessera::Result<()> {
     let dev = Device::new()?;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| tessera::Error::Io { path: args.out.display().to_string(), message: e.to_string() })?;
-    let b = if args.quick {
+    let mut b = if args.quick {
         Budget { cnn: 60, mlp: 60, finetune: 20, student: 60, seeds: 1 }
     } else {
-        Budget { cnn: 625, mlp: 1000, finetune: 200, student: 1000, seeds: 3 }
+        Budget { cnn: 625, mlp: 1000, finetune: 200, student: 3000, seeds: 3 }
     };
+    if let Some(n) = args.student_steps {
+        b.student = n;
+    }
     println!("device: {} ({}){}", dev.info().name, dev.info().backend, if args.quick { ", --quick" } else { "" });
     let bar = ProgressBar::new(12 + 2 * b.seeds);
     bar.set_style(
