@@ -570,6 +570,127 @@ pub async fn gptq_linears(layers: Vec<&mut crate::nn::Linear>, inputs: &[Vec<f32
     Ok(())
 }
 
+/// Store a [`Conv2d`](crate::nn::Conv2d) weight in Q8_0 or Q4_0 as the im2col
+/// product's matrix `[O, Kp]`: each filter's `C/groups * KH * KW` values in PyTorch's
+/// order, then zeros up to a whole number of blocks. With `calibration` (`n` im2col
+/// rows of `Kp` values, as [`conv_columns`] gives them) Q4_0 uses GPTQ.
+pub async fn quantize_conv(conv: &mut crate::nn::Conv2d, dtype: DType, calibration: Option<&[f32]>) -> Result<()> {
+    let w = &conv.weight;
+    if w.rank() == 2 && w.dtype() == dtype {
+        return Ok(());
+    }
+    if !dtype.is_quantized() || w.rank() != 4 || !w.dtype().is_float() {
+        return Err(Error::DType {
+            op: "quantize_conv",
+            dtypes: vec![w.dtype(), dtype],
+            detail: format!("a {:?} {} convolution weight cannot be stored in {dtype}", w.dims(), w.dtype()),
+            location: Location::caller(),
+        });
+    }
+    let (rows, ck) = (w.dims()[0], w.dims()[1] * w.dims()[2] * w.dims()[3]);
+    let kp = ck.next_multiple_of(BLOCK);
+    let flat: Vec<f32> = w.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+    let mut m = vec![0f32; rows * kp];
+    for (dst, src) in m.chunks_exact_mut(kp).zip(flat.chunks_exact(ck.max(1))) {
+        dst[..ck].copy_from_slice(src);
+    }
+    let blocks = match calibration {
+        Some(x) if dtype == DType::Q4_0 => gptq_q4_0(&m, rows, kp, x),
+        _ => quantize(dtype, &m),
+    };
+    let q = Tensor::from_quantized(dtype, [rows, kp], &blocks, w.device());
+    q.check()?;
+    conv.kernel = (conv.weight.dims()[2], conv.weight.dims()[3]);
+    conv.weight = q;
+    Ok(())
+}
+
+/// The im2col rows a convolution with a `kernel` window reads from `x` `[N, C, H, W]`
+/// (groups 1): `[N * OH * OW, C * KH * KW]` row-major, each padded with zeros to `kp`
+/// values. GPTQ's calibration inputs for [`quantize_conv`].
+pub async fn conv_columns(
+    x: &Tensor,
+    kernel: (usize, usize),
+    o: crate::ops::nn::Conv2dOptions,
+    kp: usize,
+) -> Result<Vec<f32>> {
+    let window = crate::graph::Window { kernel, stride: o.stride, padding: o.padding, dilation: o.dilation };
+    let cols = x.im2col(window, 0.0); // [N, C, K, OH, OW]
+    cols.check()?;
+    let d = cols.dims().to_vec();
+    let ck = d[1] * d[2];
+    let rows = cols.permute(&[0, 3, 4, 1, 2]).reshape(vec![d[0] * d[3] * d[4], ck]);
+    let v = rows.to_f64_vec().await?;
+    let mut out = Vec::with_capacity(v.len() / ck.max(1) * kp);
+    for r in v.chunks_exact(ck.max(1)) {
+        out.extend(r.iter().map(|&x| x as f32));
+        out.extend(std::iter::repeat_n(0f32, kp.saturating_sub(ck)));
+    }
+    Ok(out)
+}
+
+/// Store the weights of every Linear and Conv2d layer of `model` in `dtype`.
+/// Linear weights take any of [`MODEL_DTYPES`]; convolution weights are quantised for
+/// Q8_0 and Q4_0 and otherwise stay as they are. With `calibration` (a batch of
+/// inputs), Q4_0 uses GPTQ: the batch runs through the model layer by layer, each
+/// layer quantised on the inputs that the layers before it, already quantised, give
+/// it. Returns how many layers changed.
+pub async fn quantize_model(
+    model: &mut crate::nn::Sequential,
+    dtype: DType,
+    calibration: Option<&Tensor>,
+) -> Result<usize> {
+    use crate::nn::{Conv2d, Linear};
+    let gptq = dtype == DType::Q4_0 && calibration.is_some();
+    let mut x = calibration.cloned();
+    let mut changed = 0;
+    for layer in model.layers.iter_mut() {
+        if let Some(any) = layer.as_any_mut() {
+            if let Some(l) = any.downcast_mut::<Linear>() {
+                let before = l.weight.dtype();
+                match (&x, gptq) {
+                    (Some(xt), true) if l.weight.dtype().is_float() && l.weight.rank() == 2 => {
+                        let (rows, cols) = (l.weight.dims()[0], l.weight.dims()[1]);
+                        let kp = cols.next_multiple_of(BLOCK);
+                        let inner = xt.dims().last().copied().unwrap_or(0);
+                        let x2 = xt.reshape(vec![xt.numel() / inner.max(1), inner]);
+                        let x2 = if kp > inner { x2.pad(&[(0, 0), (0, kp - inner)], 0.0) } else { x2 };
+                        let xs: Vec<f32> = x2.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+                        let w = if kp > cols { l.weight.pad(&[(0, 0), (0, kp - cols)], 0.0) } else { l.weight.clone() };
+                        let wv: Vec<f32> = w.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+                        let q =
+                            Tensor::from_quantized(DType::Q4_0, [rows, kp], &gptq_q4_0(&wv, rows, kp, &xs), w.device());
+                        q.check()?;
+                        l.weight = q;
+                    }
+                    _ => quantize_linears(vec![&mut *l], dtype).await?,
+                }
+                changed += usize::from(l.weight.dtype() != before);
+            } else if let Some(c) = any.downcast_mut::<Conv2d>() {
+                if dtype.is_quantized() {
+                    let calib = match (&x, gptq) {
+                        (Some(xt), true) if c.options.groups == 1 && c.weight.rank() == 4 => {
+                            let ck = c.weight.dims()[1] * c.weight.dims()[2] * c.weight.dims()[3];
+                            let k = (c.weight.dims()[2], c.weight.dims()[3]);
+                            Some(conv_columns(xt, k, c.options, ck.next_multiple_of(BLOCK)).await?)
+                        }
+                        _ => None,
+                    };
+                    let before = c.weight.dtype();
+                    quantize_conv(c, dtype, calib.as_deref()).await?;
+                    changed += usize::from(c.weight.dtype() != before);
+                }
+            }
+        }
+        if let Some(xt) = &x {
+            let y = layer.forward(xt);
+            y.realize().await?;
+            x = Some(y);
+        }
+    }
+    Ok(changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,12 +6,16 @@ use crate::{no_grad, DType, Device, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// 2-D convolution over `[N, C, H, W]` with weight `[O, C/groups, KH, KW]`.
+/// 2-D convolution over `[N, C, H, W]` with weight `[O, C/groups, KH, KW]`, or, once
+/// quantised ([`crate::quant::quantize_conv`]), a Q8_0/Q4_0 weight matrix `[O, Kp]`
+/// read by the im2col product ([`Tensor::conv2d_quantized`]).
 #[derive(Clone, Debug, Module)]
 pub struct Conv2d {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     pub options: Conv2dOptions,
+    /// The window `(KH, KW)` (the weight matrix of a quantised layer no longer shows it).
+    pub kernel: (usize, usize),
 }
 
 impl Conv2d {
@@ -21,7 +25,7 @@ impl Conv2d {
         let fan_in = in_ch / g * k * k;
         let weight = init::torch_default(&[out_ch, in_ch / g, k, k], fan_in, seed, dev).requires_grad();
         let bias = Some(init::torch_default(&[out_ch], fan_in, seed ^ 0xb1a5, dev).requires_grad());
-        Conv2d { weight, bias, options }
+        Conv2d { weight, bias, options, kernel: (k, k) }
     }
 }
 
@@ -31,6 +35,9 @@ impl Layer for Conv2d {
     }
 
     fn forward(&self, x: &Tensor) -> Tensor {
+        if self.weight.rank() == 2 {
+            return x.conv2d_quantized(&self.weight, self.kernel, self.bias.as_ref(), self.options);
+        }
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 }

@@ -91,6 +91,23 @@ impl Tensor {
         y
     }
 
+    /// [`Tensor::conv2d`] with the weight as the im2col product's matrix: `weight` is
+    /// `[O, Kp]`, each row a filter's `C/groups * KH * KW` values (PyTorch's order)
+    /// followed by zeros up to `Kp`, a whole number of 32-value blocks. This is how a
+    /// Q8_0/Q4_0 convolution weight is stored ([`crate::quant::quantize_conv`]); the
+    /// product dequantises it as its tiles load.
+    #[track_caller]
+    pub fn conv2d_quantized(
+        &self,
+        weight: &Tensor,
+        kernel: (usize, usize),
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Tensor {
+        let loc = Location::caller();
+        self.lift(conv2d_quantized_impl(self, weight, kernel, bias, opts, loc))
+    }
+
     /// 2-D transposed convolution (PyTorch's `conv_transpose2d`, the adjoint of
     /// [`Tensor::conv2d`] with the same options): `self` is `[N, C, H, W]`, `weight`
     /// `[C, O/groups, KH, KW]`, `bias` `[O]`; the output is `[N, O, H', W']` with
@@ -223,8 +240,55 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     if x.rank() != 4 || w.rank() != 4 {
         return Err(shape_err("conv2d", &[x.dims(), w.dims()], "input [N, C, H, W] and weight [O, C/g, KH, KW]", loc));
     }
-    let (n, c) = (x.dims()[0], x.dims()[1]);
     let (oc, cg, kh, kw) = (w.dims()[0], w.dims()[1], w.dims()[2], w.dims()[3]);
+    conv_product(x, w, (oc, cg, kh, kw), bias, o, loc)
+}
+
+fn conv2d_quantized_impl(
+    x: &Tensor,
+    w: &Tensor,
+    kernel: (usize, usize),
+    bias: Option<&Tensor>,
+    o: Conv2dOptions,
+    loc: Loc,
+) -> Result<Tensor> {
+    let op = "conv2d_quantized";
+    let mut ts = vec![x, w];
+    ts.extend(bias);
+    // The weight may be quantised (the product dequantises it); the input and bias not.
+    precheck("matmul", &ts, loc)?;
+    if let Some(t) = [Some(x), bias].into_iter().flatten().find(|t| !t.dtype().is_float()) {
+        return Err(super::dtype_err(op, &[t.dtype()], "the input and bias must be f32 or f16", loc));
+    }
+    if x.rank() != 4 || w.rank() != 2 {
+        return Err(shape_err(op, &[x.dims(), w.dims()], "input [N, C, H, W] and weight [O, K]", loc));
+    }
+    let (c, g) = (x.dims()[1], o.groups.max(1));
+    let ck = c / g * kernel.0 * kernel.1;
+    let kp = w.dims()[1];
+    if c % g != 0 || kp < ck || kp - ck >= crate::quant::BLOCK {
+        return Err(shape_err(
+            op,
+            &[x.dims(), w.dims()],
+            format!("{c} input channels in {g} group(s) over a {}x{} window need {ck} weight columns, padded to whole blocks of 32", kernel.0, kernel.1),
+            loc,
+        ));
+    }
+    conv_product(x, w, (w.dims()[0], c / g, kernel.0, kernel.1), bias, o, loc)
+}
+
+/// The convolution of `x` with `w`: a float `[O, C/g, KH, KW]` weight, or a weight
+/// matrix `[O, Kp]` whose rows are the flattened windows padded with zero columns to
+/// `Kp` (block-quantised weights: the im2col product reads them as they are stored).
+fn conv_product(
+    x: &Tensor,
+    w: &Tensor,
+    (oc, cg, kh, kw): (usize, usize, usize, usize),
+    bias: Option<&Tensor>,
+    o: Conv2dOptions,
+    loc: Loc,
+) -> Result<Tensor> {
+    let (n, c) = (x.dims()[0], x.dims()[1]);
     let g = o.groups;
     if g == 0 || c % g != 0 || oc % g != 0 || cg != c / g {
         return Err(shape_err(
@@ -245,10 +309,12 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
+    // A weight matrix with padded rows: the columns gain as many zero rows.
+    let kp = if w.rank() == 2 { w.dims()[1] } else { ck };
     // On the host (the CPU backend and the reference) products are cheap and gathers
     // are not: every convolution is im2col plus one product per image.
     let host = x.device().is_cpu();
-    if g == 1 && ck <= DIRECT_MAX_CK && !host {
+    if g == 1 && ck <= DIRECT_MAX_CK && !host && w.dtype().is_float() {
         // Few input channels: each output is a short dot product, computed directly as a
         // reduction over the window (no thin matmul).
         let cols = cols.reshape(vec![n, 1, ck, oh * ow]);
@@ -258,16 +324,22 @@ fn conv2d_impl(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2dOptions, 
             None => y,
         });
     }
-    let wm = w.reshape(vec![g, oc / g, ck]);
+    let wm = w.reshape(vec![g, oc / g, kp]);
     let y = if oh * ow >= PER_IMAGE_MIN_PIXELS || host {
         // Large images: one product per image and group, [O/g, C/g*K] @ [C/g*K, OH*OW],
         // whose result is already NCHW (no transposes on either side).
-        let cols = cols.reshape(vec![n, g, ck, oh * ow]);
-        wm.reshape(vec![1, g, oc / g, ck]).matmul(&cols).reshape(vec![n, oc, oh, ow])
+        let mut cols = cols.reshape(vec![n, g, ck, oh * ow]);
+        if kp > ck {
+            cols = cols.pad(&[(0, 0), (0, 0), (0, kp - ck), (0, 0)], 0.0);
+        }
+        wm.reshape(vec![1, g, oc / g, kp]).matmul(&cols).reshape(vec![n, oc, oh, ow])
     } else {
         // Small images: one product per group over the whole batch, [g, O/g, C/g*K] @
         // [g, C/g*K, N*OH*OW], so the columns fill the tiles.
-        let cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
+        let mut cols = cols.reshape(vec![n, g, ck, oh * ow]).permute(&[1, 2, 0, 3]).reshape(vec![g, ck, n * oh * ow]);
+        if kp > ck {
+            cols = cols.pad(&[(0, 0), (0, kp - ck), (0, 0)], 0.0);
+        }
         wm.matmul(&cols).reshape(vec![oc, n, oh, ow]).permute(&[1, 0, 2, 3])
     };
     Ok(match bias {
