@@ -210,7 +210,9 @@ fn bad_amounts_and_empty_selections_are_errors() {
 #[test]
 fn distillation_matches_its_formula_and_takes_one_submit_per_step() {
     use tessera::compress::distill::{distill_loss, distill_step, DistillOptions};
-    for dev in devices() {
+    // A GPU device of its own: its submit counter sees only this test.
+    for dev in [Some(Device::cpu()), common::private_gpu(Default::default())].into_iter().flatten() {
+        common::record(&dev);
         // The loss against a hand computation in f64.
         let zs = [[1.0f64, -0.5, 0.25], [0.0, 2.0, -1.0]];
         let zt = [[0.5f64, 0.5, -2.0], [1.5, 0.0, 0.0]];
@@ -371,4 +373,147 @@ fn block_quantised_linears_pad_inputs_that_are_not_whole_blocks() {
             assert!(dot / (na * nb) > floor, "{dt}: cosine {} to f32", dot / (na * nb));
         }
     }
+}
+
+/// `[O, C/g, k, k]` weights as the `[O, Kp]` matrix a quantised convolution reads.
+fn weight_matrix(w: &[f32], o: usize, ck: usize) -> (Vec<f32>, usize) {
+    let kp = ck.next_multiple_of(32);
+    let mut m = vec![0f32; o * kp];
+    for (d, s) in m.chunks_exact_mut(kp).zip(w.chunks_exact(ck)) {
+        d[..ck].copy_from_slice(s);
+    }
+    (m, kp)
+}
+
+#[test]
+fn quantised_convolutions_match_the_reference_and_the_dequantised_float_convolution() {
+    use tessera::ops::nn::Conv2dOptions;
+    // (n, c, hw, o, k, stride, padding, groups): per-image products (>= 256 output
+    // pixels), batch products, window lengths that are not whole blocks, groups.
+    let cases =
+        [(2, 3, 20, 5, 3, 1, 1, 1), (3, 5, 9, 7, 5, 2, 2, 1), (2, 4, 11, 6, 3, 1, 0, 2), (1, 1, 28, 8, 3, 1, 1, 1)];
+    for (i, &(n, c, hw, o, k, stride, padding, groups)) in cases.iter().enumerate() {
+        let ck = c / groups * k * k;
+        let w = common::data(o * ck, 40 + i as u64, -0.5, 0.5);
+        let x = common::data(n * c * hw * hw, 50 + i as u64, -1.0, 1.0);
+        let b = common::data(o, 60 + i as u64, -0.2, 0.2);
+        let opts = Conv2dOptions { groups, ..Conv2dOptions::new(stride, padding) };
+        for dt in [DType::Q8_0, DType::Q4_0] {
+            let (m, kp) = weight_matrix(&w, o, ck);
+            let blocks = tessera::quant::quantize(dt, &m);
+            let build = |dev: &Device| {
+                let xt = Tensor::from_slice(&x, [n, c, hw, hw], dev);
+                let wq = Tensor::from_quantized(dt, [o, kp], &blocks, dev);
+                let bt = Tensor::from_slice(&b, [o], dev);
+                vec![xt.conv2d_quantized(&wq, (k, k), Some(&bt), opts)]
+            };
+            let tol = common::Tol { atol: 1e-4, rtol: 1e-4 };
+            common::check_with(&format!("conv2d_quantized case {i} {dt}"), Some(tol), build);
+            // The same as a float convolution with the dequantised weights.
+            let deq = tessera::quant::dequantize(dt, &blocks);
+            let wf: Vec<f32> = deq.chunks_exact(kp).flat_map(|r| r[..ck].to_vec()).collect();
+            let r = Device::reference();
+            let xt = Tensor::from_slice(&x, [n, c, hw, hw], &r);
+            let bt = Tensor::from_slice(&b, [o], &r);
+            let want = xt.conv2d(&Tensor::from_slice(&wf, [o, c / groups, k, k], &r), Some(&bt), opts);
+            let got = &build(&r)[0];
+            let (g, wv) = (got.to_f64_vec_blocking().unwrap(), want.to_f64_vec_blocking().unwrap());
+            common::assert_close(&format!("case {i} {dt} against float"), &g, &wv, tol);
+        }
+    }
+}
+
+#[test]
+fn bad_quantised_convolutions_are_errors() {
+    use tessera::ops::nn::Conv2dOptions;
+    let dev = Device::cpu();
+    let x = Tensor::randn([1, 3, 8, 8], 1, &dev);
+    let w = Tensor::from_quantized(DType::Q8_0, [4, 64], &tessera::quant::quantize(DType::Q8_0, &[0.5; 256]), &dev);
+    // 3 channels x 3x3 = 27 values pad to 32 columns, not 64.
+    let e = x.conv2d_quantized(&w, (3, 3), None, Conv2dOptions::new(1, 1)).to_vec_blocking::<f32>().unwrap_err();
+    assert!(e.to_string().contains("27 weight columns"), "{e}");
+    let xi = Tensor::zeros([1, 3, 8, 8], DType::I32, &dev);
+    let w32 = Tensor::from_quantized(DType::Q8_0, [4, 32], &tessera::quant::quantize(DType::Q8_0, &[0.5; 128]), &dev);
+    let e = xi.conv2d_quantized(&w32, (3, 3), None, Conv2dOptions::new(1, 1)).to_vec_blocking::<f32>().unwrap_err();
+    assert!(e.to_string().contains("f32 or f16"), "{e}");
+    // A float weight of the wrong rank through quantize_conv.
+    let mut conv = tessera::nn::Conv2d::new(3, 4, 3, Conv2dOptions::new(1, 1), 1, &dev);
+    let e = pollster::block_on(tessera::quant::quantize_conv(&mut conv, DType::F16, None)).unwrap_err();
+    assert!(e.to_string().contains("cannot be stored in f16"), "{e}");
+}
+
+fn cnn(dev: &Device) -> Sequential {
+    tessera::models::mnist::build("cnn", 3, dev).unwrap()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn the_cnn_quantises_convolutions_and_linears_and_gptq_beats_rounding() {
+    for dev in devices() {
+        common::record(&dev);
+        let x = Tensor::randn([64, 1, 28, 28], 7, &dev);
+        let mut f = cnn(&dev);
+        f.set_training(false);
+        let want = f.forward(&x).to_vec_blocking::<f32>().unwrap();
+        let err = |got: &[f32]| got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>();
+        let mut out = Vec::new();
+        for (dt, calib) in [(DType::Q8_0, None), (DType::Q4_0, None), (DType::Q4_0, Some(&x))] {
+            let mut q = cnn(&dev);
+            q.set_training(false);
+            let changed = pollster::block_on(tessera::quant::quantize_model(&mut q, dt, calib)).unwrap();
+            assert_eq!(changed, 4, "two convolutions and two Linear layers");
+            let dims: Vec<Vec<usize>> = q.slots().iter().map(|s| s.tensor.dims().to_vec()).collect();
+            assert_eq!(dims[0], [8, 32], "conv1: 1x3x3 = 9 values in one block");
+            assert_eq!(dims[2], [16, 96], "conv2: 8x3x3 = 72 values in three blocks");
+            let got = q.forward(&x).to_vec_blocking::<f32>().unwrap();
+            let floor = if dt == DType::Q8_0 { 0.9999 } else { 0.99 };
+            assert!(
+                cosine(&got, &want) > floor,
+                "{dt}: cosine {} to f32 on {}",
+                cosine(&got, &want),
+                common::label(&dev)
+            );
+            out.push(err(&got));
+        }
+        assert!(out[2] < out[1], "GPTQ {} against round to nearest {} on {}", out[2], out[1], common::label(&dev));
+    }
+}
+
+#[test]
+fn saved_variants_load_from_their_files_alone() {
+    use tessera::compress::prune::{prune_channels, ChannelNorm};
+    use tessera::models::mnist::from_state_dict;
+    let dev = Device::cpu();
+    let x = Tensor::randn([5, 1, 28, 28], 9, &dev);
+    let mut slim = cnn(&dev);
+    prune_channels(&mut slim, 0.5, ChannelNorm::L1).unwrap();
+    let mut small = mlp(&dev);
+    let mut q = cnn(&dev);
+    pollster::block_on(tessera::quant::quantize_model(&mut q, DType::Q4_0, None)).unwrap();
+    pollster::block_on(tessera::quant::quantize_model(&mut small, DType::Q8_0, None)).unwrap();
+    for (kind, m) in [("cnn", &mut slim), ("cnn", &mut q), ("mlp", &mut small)] {
+        m.set_training(false);
+        let want = m.forward(&x).to_vec_blocking::<f32>().unwrap();
+        let dict: Vec<(String, Tensor)> = m.slots().iter().map(|s| (s.name.clone(), s.tensor.clone())).collect();
+        let bytes = pollster::block_on(tessera::io::safetensors::to_bytes(&dict, &Default::default())).unwrap();
+        let file = tessera::io::safetensors::load_bytes(&bytes, &dev).unwrap();
+        let mut back = from_state_dict(kind, &file.tensors.into_iter().collect()).unwrap();
+        back.set_training(false);
+        assert_eq!(back.forward(&x).to_vec_blocking::<f32>().unwrap(), want, "{kind}");
+    }
+    // Files that fit no architecture are errors that say why.
+    let mut sd = cnn(&dev).state_dict();
+    sd.insert("3.weight", Tensor::zeros([16, 5, 3, 3], DType::F32, &dev));
+    let e = from_state_dict("cnn", &sd).err().unwrap();
+    assert!(e.to_string().contains("not a 3x3 convolution of 8 channels"), "{e}");
+    let mut sd = mlp(&dev).state_dict();
+    sd.insert("7.weight", Tensor::zeros([1], DType::F32, &dev));
+    assert!(from_state_dict("mlp", &sd).err().unwrap().to_string().contains("unexpected tensor 7.weight"));
+    assert!(from_state_dict("rnn", &sd).is_err());
 }
