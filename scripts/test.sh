@@ -56,6 +56,8 @@ acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/pytho
 .venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
 cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
 cargo run --release --example compress -- --quick --out "$ci_out/compress"
+# A new process loads every saved variant from its file and must reproduce its accuracy.
+cargo run --release --example compress -- --check --out "$ci_out/compress"
 
 echo "== tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve

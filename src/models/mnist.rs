@@ -38,6 +38,79 @@ pub fn build(kind: &str, seed: u64, dev: &Device) -> Result<Sequential> {
     })
 }
 
+/// `kind`'s architecture with the sizes and dtypes of the weights in `state` (PyTorch's
+/// names: `1.weight`, `3.bias`, ...), holding those weights: a model whose channels or
+/// hidden units were pruned away, or whose weights are quantised, loads as it was saved.
+pub fn from_state_dict(kind: &str, state: &crate::nn::StateDict) -> Result<Sequential> {
+    let err = |detail: String| Error::Format { format: "MNIST model", detail };
+    let get = |name: String| state.get(&name).cloned().ok_or_else(|| err(format!("{kind}: {name} is missing")));
+    let linear = |i: usize| -> Result<Linear> {
+        let weight = get(format!("{i}.weight"))?;
+        if weight.rank() != 2 {
+            return Err(err(format!("{i}.weight is {:?}, not [out, in]", weight.dims())));
+        }
+        Ok(Linear { name: String::new(), weight, bias: Some(get(format!("{i}.bias"))?) })
+    };
+    let conv = |i: usize, in_ch: usize| -> Result<Conv2d> {
+        let weight = get(format!("{i}.weight"))?;
+        let fits = match weight.dims() {
+            [_, c, 3, 3] => *c == in_ch,
+            [_, k] => weight.dtype().is_quantized() && *k == (in_ch * 9).next_multiple_of(crate::quant::BLOCK),
+            _ => false,
+        };
+        if !fits {
+            return Err(err(format!("{i}.weight is {:?}: not a 3x3 convolution of {in_ch} channels", weight.dims())));
+        }
+        let bias = Some(get(format!("{i}.bias"))?);
+        Ok(Conv2d { weight, bias, options: Conv2dOptions::new(1, 1), kernel: (3, 3) })
+    };
+    let expected: &[usize] = match kind {
+        "mlp" => &[1, 3],
+        "cnn" => &[0, 3, 7, 9],
+        other => return Err(err(format!("unknown model {other:?}: use mlp or cnn"))),
+    };
+    let known: Vec<String> = expected.iter().flat_map(|i| [format!("{i}.weight"), format!("{i}.bias")]).collect();
+    if let Some(k) = state.keys().find(|k| !known.iter().any(|n| n == k)) {
+        return Err(err(format!("{kind}: unexpected tensor {k}")));
+    }
+    let out = |l: &Linear| l.weight.dims()[0];
+    // A Linear takes `n` inputs: its weight has `n` columns, or whole blocks over them.
+    let takes = |l: &Linear, n: usize| {
+        let k = l.weight.dims()[1];
+        k == n || (l.weight.dtype().is_quantized() && k == n.next_multiple_of(crate::quant::BLOCK))
+    };
+    Ok(if kind == "mlp" {
+        let (a, b) = (linear(1)?, linear(3)?);
+        if !takes(&a, 784) || !takes(&b, out(&a)) {
+            return Err(err(format!("1.weight {:?} and 3.weight {:?} do not chain", a.weight.dims(), b.weight.dims())));
+        }
+        Sequential::new().add(Flatten).add(a).add(Activation::Relu).add(b)
+    } else {
+        let c1 = conv(0, 1)?;
+        let c2 = conv(3, c1.weight.dims()[0])?;
+        let (f1, f2) = (linear(7)?, linear(9)?);
+        if !takes(&f1, c2.weight.dims()[0] * 49) || !takes(&f2, out(&f1)) {
+            return Err(err(format!(
+                "7.weight {:?} and 9.weight {:?} do not follow {} channels",
+                f1.weight.dims(),
+                f2.weight.dims(),
+                c2.weight.dims()[0]
+            )));
+        }
+        Sequential::new()
+            .add(c1)
+            .add(Activation::Relu)
+            .add(MaxPool2d::new(2))
+            .add(c2)
+            .add(Activation::Relu)
+            .add(MaxPool2d::new(2))
+            .add(Flatten)
+            .add(f1)
+            .add(Activation::Relu)
+            .add(f2)
+    })
+}
+
 /// The input shape of `n` digits for `kind`: `[n, 784]` or `[n, 1, 28, 28]`.
 pub fn input_shape(kind: &str, n: usize) -> Vec<usize> {
     if kind == "cnn" {
