@@ -131,3 +131,49 @@ fn quantised_models_save_and_reload_exactly() {
         }
     }
 }
+
+/// Sentences in no fixture, no calibration set and no example: the Q4_0 floor is
+/// measured on text the calibration never saw.
+const UNSEEN: [&str; 12] = [
+    "The ferry to the island leaves every two hours in summer.",
+    "My grandmother grows tomatoes and basil on her balcony.",
+    "Please restart the router if the connection keeps dropping.",
+    "The committee postponed its vote until next Thursday.",
+    "A spoonful of honey dissolves slowly in cold tea.",
+    "Volcanic ash grounded flights across northern Europe.",
+    "He fixed the squeaky hinge with a drop of oil.",
+    "Which platform does the overnight train to Vienna use?",
+    "The orchestra tuned their instruments before the concert.",
+    "Quarterly revenue beat analysts' expectations by four percent.",
+    "Children built a snowman with a carrot for a nose.",
+    "Compile the shader again after changing the workgroup size.",
+];
+
+#[test]
+fn q4_0_keeps_unseen_sentences_close_to_f32() {
+    let Some(dir) = model_dir() else { return };
+    // The floor is the first GPU adapter's (lavapipe in CI); the CPU backend computes
+    // the same products (minilm_matches_the_float64_reference).
+    for d in [common::first_device()] {
+        common::record(&d);
+        let f32_emb = SentenceEmbedder::load(&dir, &d).unwrap().embed_blocking(&UNSEEN).unwrap();
+        // What `embed --dtype q4_0`, the server and the browser's Embedder do: GPTQ on
+        // the shipped calibration sentences.
+        let mut q = SentenceEmbedder::load(&dir, &d).unwrap();
+        pollster::block_on(q.quantize(DType::Q4_0, None)).unwrap();
+        let got = q.embed_blocking(&UNSEEN).unwrap();
+        let cos: Vec<f64> = got
+            .iter()
+            .zip(&f32_emb)
+            .map(|(a, b)| {
+                let a: Vec<f64> = a.iter().map(|&x| x as f64).collect();
+                let b: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+                cosine(&a, &b)
+            })
+            .collect();
+        let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+        let min = cos.iter().cloned().fold(1.0, f64::min);
+        eprintln!("{d}: Q4_0 against f32 on unseen sentences: mean cosine {mean:.4}, min {min:.4} ({cos:.4?})");
+        assert!(mean >= 0.98 && min >= 0.94, "{d}: mean cosine {mean:.4} (floor 0.98), min {min:.4} (floor 0.94)");
+    }
+}
