@@ -41,6 +41,7 @@ mod display;
 pub mod dist;
 pub mod dtype;
 pub mod error;
+pub mod explain;
 pub mod graph;
 pub mod io;
 pub mod kernels;
