@@ -43,6 +43,7 @@ pub mod dtype;
 pub mod error;
 pub mod explain;
 pub mod graph;
+pub mod interop;
 pub mod io;
 pub mod kernels;
 pub mod models;
@@ -58,6 +59,8 @@ pub mod shape;
 pub mod stats;
 pub mod tensor;
 
+/// The wgpu this crate is built on (for [`Device::from_wgpu`] and [`Device::wgpu`]).
+pub use ::wgpu;
 pub use autocast::autocast;
 pub use autograd::{no_grad, Gradients};
 pub use device::{AdapterDescription, Capabilities, Device, DeviceInfo, DeviceOptions};
@@ -69,8 +72,6 @@ pub use stats::{stats, Stats};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tensor::read_all_blocking;
 pub use tensor::{read_all, Tensor};
-/// The wgpu this crate is built on (for [`Device::from_wgpu`] and [`Device::wgpu`]).
-pub use wgpu;
 
 /// README's Rust examples, compiled and run by `cargo test --doc` so what README shows
 /// keeps working.

@@ -330,6 +330,10 @@ impl Device {
 
     /// Wrap an application's own wgpu device and queue, so a renderer and Tessera share
     /// one GPU. Features the device was created with decide the kernel variants.
+    ///
+    /// The application must use the same wgpu major version as Tessera (re-exported as
+    /// `tessera::wgpu`; eframe 0.37 uses the same). Tensors then pass to the renderer
+    /// without a copy: see [`crate::interop`].
     pub fn from_wgpu(device: ::wgpu::Device, queue: ::wgpu::Queue) -> Device {
         Device::from_context(self::wgpu::GpuContext::from_wgpu(device, queue, false), None)
     }
@@ -614,6 +618,21 @@ impl Device {
         Ok(self.run(&all, read.len()).await?.unwrap_or_default())
     }
 
+    /// Realise `target` and write it into a texture in the same submit (wgpu only).
+    pub(crate) async fn realize_with_sink(
+        &self,
+        target: &Tensor,
+        sink: &self::wgpu::interop::TextureSink,
+    ) -> Result<()> {
+        target.check()?;
+        match &self.0.backend {
+            Backend::Gpu(g) => {
+                self::wgpu::execute::run(g, self, std::slice::from_ref(target), 0, Some(sink)).await.map(|_| ())
+            }
+            _ => Err(Error::Unsupported(format!("a texture write needs a wgpu device; this one is {self}"))),
+        }
+    }
+
     async fn run(&self, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
         for t in targets {
             t.check()?;
@@ -627,7 +646,7 @@ impl Device {
             }
         }
         match &self.0.backend {
-            Backend::Gpu(g) => self::wgpu::execute::run(g, self, targets, n_read).await,
+            Backend::Gpu(g) => self::wgpu::execute::run(g, self, targets, n_read, None).await,
             Backend::Cpu => cpu::run(self, targets, n_read),
             Backend::Reference { exact } => {
                 let mut vals = cpu::reference::run(targets, *exact)?;

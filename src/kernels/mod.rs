@@ -10,6 +10,7 @@ pub mod norm;
 pub mod quantize;
 pub mod reduce;
 pub mod softmax;
+pub mod texture;
 #[cfg(test)]
 mod variants;
 
@@ -36,6 +37,7 @@ pub mod sources {
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
     pub const QUANTIZE: &str = include_str!("../../shaders/quantize.wgsl");
+    pub const TEXTURE: &str = include_str!("../../shaders/texture.wgsl");
 }
 
 /// What the target adapter can do, as far as shader text is concerned.

@@ -273,12 +273,14 @@ fn binding(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BindingResour
 }
 
 /// Run a realisation of `targets` on the GPU and return the values of the first `n_read`
-/// of them (`None` when `n_read` is 0).
+/// of them (`None` when `n_read` is 0). With a `sink`, the first target is also written
+/// into the sink's texture by one more kernel in the same submit.
 pub(crate) async fn run(
     ctx: &GpuContext,
     dev: &Device,
     targets: &[Tensor],
     n_read: usize,
+    sink: Option<&super::interop::TextureSink>,
 ) -> Result<Option<Vec<Vec<f64>>>> {
     let read = n_read > 0;
     let _serial = ctx.exclusive();
@@ -299,7 +301,7 @@ pub(crate) async fn run(
         }
     };
     drop(sig);
-    if specs.is_empty() && !read {
+    if specs.is_empty() && !read && sink.is_none() {
         // Everything is realised already: nothing to encode, no submit.
         return Ok(None);
     }
@@ -471,6 +473,16 @@ pub(crate) async fn run(
         }
     }
 
+    // The texture write reads the first target where the kernels left it.
+    let sink_meta = match (sink, targets.first()) {
+        (Some(sink), Some(t)) => {
+            let src = buffer_of(t, &produced)?;
+            dispatched += 1;
+            Some(ctx.encode_texture_write(&mut encoder, &src, sink)?)
+        }
+        _ => None,
+    };
+
     // Readback copies and status copies go in the same encoder.
     let mut staging = Vec::new();
     if read {
@@ -512,6 +524,7 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Kernels, dispatched);
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
+    drop(sink_meta);
 
     // Pop both scopes before awaiting either: on the web, error scopes are a per-device
     // stack, and another realisation running while this one awaits would push its own.

@@ -6,11 +6,14 @@
 //! - `pool`: buffers by size class, under an optional memory budget;
 //! - `plan`: replay of rendered schedules by graph structure;
 //! - `execute`: render (or replay), plan buffers and dispatches, encode, one submit;
+//! - `interop`: application buffers wrapped in place, and the kernel that writes a
+//!   tensor into an application's storage texture in the producer's submit;
 //! - [`autotune`]: the matmul kernel, attention and convolution choices per adapter.
 
 pub mod autotune;
 mod context;
 pub(crate) mod execute;
+pub(crate) mod interop;
 pub(crate) mod plan;
 pub(crate) mod pool;
 

@@ -29,12 +29,14 @@ pub(crate) struct PoolInner {
     limit: AtomicU64,
 }
 
-/// A pooled buffer; dropping it returns the buffer to its pool.
+/// A pooled buffer; dropping it returns the buffer to its pool. A borrowed one (an
+/// application's buffer wrapped by `Tensor::from_wgpu_buffer`) never enters the pool.
 pub(crate) struct PooledBuffer {
     buffer: Option<wgpu::Buffer>,
     pub class: u64,
     usage: wgpu::BufferUsages,
     pool: Arc<PoolInner>,
+    borrowed: bool,
 }
 
 impl PooledBuffer {
@@ -45,6 +47,9 @@ impl PooledBuffer {
 
 impl Drop for PooledBuffer {
     fn drop(&mut self) {
+        if self.borrowed {
+            return;
+        }
         if let Some(b) = self.buffer.take() {
             self.pool.counters.in_use(-(self.class as i64));
             if let Ok(mut free) = self.pool.free.lock() {
@@ -121,7 +126,13 @@ impl BufferPool {
             }
         };
         self.0.counters.in_use(class as i64);
-        Ok(PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone() })
+        Ok(PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: false })
+    }
+
+    /// An application's buffer, used in place and never pooled, counted or destroyed.
+    pub fn borrow(&self, buffer: wgpu::Buffer) -> PooledBuffer {
+        let (class, usage) = (buffer.size(), buffer.usage());
+        PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: true }
     }
 
     /// Destroy every free buffer; returns the bytes released.

@@ -1,0 +1,239 @@
+//! Sharing a wgpu device with an application, as an application would: its own wgpu
+//! instance, adapter and device (the first adapter, lavapipe in CI) wrapped with
+//! `Device::from_wgpu`; its buffers wrapped in place; a realised tensor's buffer read
+//! by its own copy; tensors written into its storage textures in one submit, checked
+//! texel by texel against the host's colormap.
+
+mod common;
+
+use tessera::interop::Colormap;
+use tessera::wgpu;
+use tessera::{DType, Device, Tensor};
+
+/// The application's device and queue, on the first adapter Tessera lists.
+fn app() -> (wgpu::Device, wgpu::Queue) {
+    let first = Device::list().into_iter().next().unwrap_or_else(|| {
+        panic!("no GPU adapter: install Mesa's lavapipe (scripts/setup.sh); these tests need a wgpu device")
+    });
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = wgpu::Backends::all();
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let adapter = adapters
+        .into_iter()
+        .find(|a| a.get_info().name == first.name)
+        .unwrap_or_else(|| panic!("adapter {} not found by a fresh wgpu instance", first.name));
+    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default()))
+        .unwrap_or_else(|e| panic!("{}: request_device: {e}", first.name))
+}
+
+/// Read `bytes` of `buffer` with the application's own copy and map.
+fn read_buffer(device: &wgpu::Device, queue: &wgpu::Queue, buffer: &wgpu::Buffer, offset: u64, bytes: u64) -> Vec<u8> {
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app staging"),
+        size: bytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
+    queue.submit(Some(enc.finish()));
+    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+    device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+    let v = staging.slice(..).get_mapped_range().expect("mapped").to_vec();
+    staging.unmap();
+    v
+}
+
+fn texture(device: &wgpu::Device, w: u32, h: u32, format: wgpu::TextureFormat) -> wgpu::Texture {
+    device.create_texture(&wgpu::TextureDescriptor {
+        label: Some("app texture"),
+        size: wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format,
+        usage: wgpu::TextureUsages::STORAGE_BINDING
+            | wgpu::TextureUsages::COPY_SRC
+            | wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    })
+}
+
+/// The texture's texels as RGBA f32.
+fn read_texture(device: &wgpu::Device, queue: &wgpu::Queue, tex: &wgpu::Texture) -> Vec<[f32; 4]> {
+    let (w, h) = (tex.width(), tex.height());
+    let texel = if tex.format() == wgpu::TextureFormat::Rgba8Unorm { 4 } else { 8 };
+    let row = (w * texel).next_multiple_of(256);
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app texture staging"),
+        size: (row * h) as u64,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_texture_to_buffer(
+        tex.as_image_copy(),
+        wgpu::TexelCopyBufferInfo {
+            buffer: &staging,
+            layout: wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(row), rows_per_image: Some(h) },
+        },
+        tex.size(),
+    );
+    queue.submit(Some(enc.finish()));
+    staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+    device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+    let data = staging.slice(..).get_mapped_range().expect("mapped").to_vec();
+    staging.unmap();
+    let mut out = Vec::new();
+    for y in 0..h as usize {
+        for x in 0..w as usize {
+            let o = y * row as usize + x * texel as usize;
+            out.push(if texel == 4 {
+                [0, 1, 2, 3].map(|k| data[o + k] as f32 / 255.0)
+            } else {
+                [0, 1, 2, 3].map(|k| tessera::f16::from_le_bytes([data[o + 2 * k], data[o + 2 * k + 1]]).to_f32())
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn an_application_buffer_is_a_tensor_in_place() {
+    let (device, queue) = app();
+    let dev = Device::from_wgpu(device.clone(), queue.clone());
+    common::record(&dev);
+    let vals: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app data"),
+        size: 256,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&vals));
+    let t = Tensor::from_wgpu_buffer(&buffer, [37], DType::F32, &dev).unwrap();
+    let y = t.mul_scalar(2.0).add_scalar(1.0).to_vec_blocking::<f32>().unwrap();
+    assert_eq!(y, vals.iter().map(|v| v * 2.0 + 1.0).collect::<Vec<_>>());
+    // In place, not copied: the application's later write is what the next graph reads.
+    queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&[100f32]));
+    assert_eq!(t.narrow(0, 0, 1).to_vec_blocking::<f32>().unwrap(), [100.0]);
+    // The wrapped buffer is never pooled: dropping the tensor leaves it to the application.
+    drop(t);
+    assert_eq!(read_buffer(&device, &queue, &buffer, 4, 4), (-2.5f32).to_le_bytes());
+
+    // Bad wraps are errors that say why.
+    let small = Tensor::from_wgpu_buffer(&buffer, [100], DType::F32, &dev).err().unwrap().to_string();
+    assert!(small.contains("needs 400 bytes; the buffer has 256"), "{small}");
+    let uniform = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 64,
+        usage: wgpu::BufferUsages::UNIFORM,
+        mapped_at_creation: false,
+    });
+    let e = Tensor::from_wgpu_buffer(&uniform, [4], DType::F32, &dev).err().unwrap().to_string();
+    assert!(e.contains("lacks STORAGE or COPY_SRC"), "{e}");
+    let e = Tensor::from_wgpu_buffer(&buffer, [32], DType::Q8_0, &dev).err().unwrap().to_string();
+    assert!(e.contains("q8_0"), "{e}");
+    let e = Tensor::from_wgpu_buffer(&buffer, [4], DType::F32, &Device::cpu()).err().unwrap().to_string();
+    assert!(e.contains("needs a wgpu device"), "{e}");
+}
+
+#[test]
+fn a_realised_tensor_lends_its_buffer() {
+    let (device, queue) = app();
+    let dev = Device::from_wgpu(device.clone(), queue.clone());
+    common::record(&dev);
+    let x = Tensor::randn([5, 7], 3, &dev);
+    let y = x.mul(&x).sum(&[1], false).sqrt();
+    assert!(y.wgpu_buffer().err().unwrap().to_string().contains("not realised yet"));
+    y.realize_blocking().unwrap();
+    let lent = y.wgpu_buffer().unwrap();
+    assert_eq!(lent.size(), 20);
+    let bytes = read_buffer(&device, &queue, lent.buffer(), lent.offset(), lent.size());
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+    assert_eq!(got, y.to_vec_blocking::<f32>().unwrap());
+    // f16 values are IEEE halves.
+    let h = y.cast(DType::F16);
+    h.realize_blocking().unwrap();
+    let lent = h.wgpu_buffer().unwrap();
+    assert_eq!(lent.size(), 10, "five halves");
+    // Copies move whole 4-byte words; the buffer always holds them.
+    let mut bytes = read_buffer(&device, &queue, lent.buffer(), lent.offset(), lent.size().next_multiple_of(4));
+    bytes.truncate(10);
+    let halves: Vec<f32> = bytes.chunks_exact(2).map(|b| tessera::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+    assert_eq!(halves, h.to_vec_blocking::<tessera::f16>().unwrap().iter().map(|v| v.to_f32()).collect::<Vec<_>>());
+    assert!(Tensor::ones([2], DType::F32, &Device::cpu()).wgpu_buffer().is_err());
+}
+
+#[test]
+fn tensors_are_written_into_textures_in_their_own_submit() {
+    let (device, queue) = app();
+    let dev = Device::from_wgpu(device.clone(), queue.clone());
+    common::record(&dev);
+    let (h, w) = (13usize, 21usize);
+    let vals: Vec<f32> = (0..h * w).map(|i| (i as f32 * 0.37).sin() * 0.7 + 0.4).collect(); // some outside [0, 1]
+    for format in [wgpu::TextureFormat::Rgba8Unorm, wgpu::TextureFormat::Rgba16Float] {
+        let tol = if format == wgpu::TextureFormat::Rgba8Unorm { 0.6 / 255.0 } else { 2e-3 };
+        for map in [None, Some(Colormap::Grayscale), Some(Colormap::Viridis)] {
+            let tex = texture(&device, w as u32, h as u32, format);
+            // A fused expression: its kernel and the texture write share one submit.
+            let x = Tensor::from_slice(&vals, [h, w], &dev);
+            x.realize_blocking().unwrap();
+            let before = dev.stats();
+            x.mul_scalar(1.5).add_scalar(-0.2).write_to_texture_blocking(&tex, map).unwrap();
+            let after = dev.stats();
+            assert_eq!(after.submits - before.submits, 1, "{format:?} {map:?}: one submit");
+            assert_eq!(
+                after.kernels_dispatched - before.kernels_dispatched,
+                2,
+                "{format:?} {map:?}: the producer and the texture write"
+            );
+            let got = read_texture(&device, &queue, &tex);
+            for (i, (g, v)) in got.iter().zip(&vals).enumerate() {
+                let want = map.unwrap_or(Colormap::Grayscale).rgba(v * 1.5 - 0.2);
+                for k in 0..4 {
+                    assert!(
+                        (g[k] - want[k]).abs() <= tol,
+                        "{format:?} {map:?} texel {i} channel {k}: {} vs {}",
+                        g[k],
+                        want[k]
+                    );
+                }
+            }
+        }
+    }
+    // Three and four channels go in as RGB(A); an f16 tensor is cast on the way.
+    let rgb: Vec<f32> = (0..h * w * 4).map(|i| (i % 11) as f32 / 10.0).collect();
+    for c in [3usize, 4] {
+        let tex = texture(&device, w as u32, h as u32, wgpu::TextureFormat::Rgba8Unorm);
+        let t = Tensor::from_slice(&rgb[..h * w * c], [h, w, c], &dev).cast(DType::F16);
+        t.write_to_texture_blocking(&tex, None).unwrap();
+        let got = read_texture(&device, &queue, &tex);
+        for (i, g) in got.iter().enumerate() {
+            for k in 0..4 {
+                let want = if k < c { rgb[i * c + k] } else { 1.0 };
+                assert!((g[k] - want).abs() <= 1.0 / 255.0, "C={c} texel {i} channel {k}: {} vs {want}", g[k]);
+            }
+        }
+    }
+    // What does not fit is refused before anything runs.
+    let tex = texture(&device, w as u32, h as u32, wgpu::TextureFormat::Rgba8Unorm);
+    let e = |t: &Tensor, map| t.write_to_texture_blocking(&tex, map).err().unwrap().to_string();
+    assert!(e(&Tensor::zeros([h + 1, w], DType::F32, &dev), None).contains("the tensor needs 21x14"));
+    assert!(e(&Tensor::zeros([h, w, 2], DType::F32, &dev), None).contains("C = 1, 3 or 4"));
+    assert!(e(&Tensor::zeros([h, w, 3], DType::F32, &dev), Some(Colormap::Viridis)).contains("maps one channel"));
+    assert!(e(&Tensor::zeros([h, w], DType::F32, &Device::cpu()), None).contains("needs a wgpu device"));
+    let sampled = device.create_texture(&wgpu::TextureDescriptor {
+        label: None,
+        size: wgpu::Extent3d { width: w as u32, height: h as u32, depth_or_array_layers: 1 },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba8Unorm,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING,
+        view_formats: &[],
+    });
+    let e = Tensor::zeros([h, w], DType::F32, &dev).write_to_texture_blocking(&sampled, None).err().unwrap();
+    assert!(e.to_string().contains("lacks STORAGE_BINDING"), "{e}");
+}
