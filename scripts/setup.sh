@@ -68,3 +68,13 @@ command -v mpirun >/dev/null 2>&1 || mpi_missing+=(openmpi-bin)
   || mpi_missing+=(libopenmpi-dev)
 compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || mpi_missing+=(libclang-dev)
 apt_install "MPI for distributed training" "Open MPI and libclang present" "${mpi_missing[@]}"
+
+# The desktop example's screenshot test (scripts/desktop_check.sh): Xvfb, and the X11
+# libraries winit opens at run time.
+desktop_missing=()
+command -v xvfb-run >/dev/null 2>&1 || desktop_missing+=(xvfb xauth)
+for lib in libxkbcommon-x11.so.0:libxkbcommon-x11-0 libXcursor.so.1:libxcursor1 libXrandr.so.2:libxrandr2 \
+  libXi.so.6:libxi6 libX11-xcb.so.1:libx11-xcb1; do
+  ldconfig -p 2>/dev/null | grep -q "${lib%%:*}" || desktop_missing+=("${lib##*:}")
+done
+apt_install "the desktop example's screenshot test" "Xvfb and the X11 libraries present" "${desktop_missing[@]}"

@@ -66,6 +66,9 @@ test -s "$ci_out/explain/explain-8001.png"
 section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve
 
+section "desktop: the eframe example under Xvfb on lavapipe, driven by injected input (screenshot in target/ci-demo/desktop)"
+bash scripts/desktop_check.sh "$ci_out/desktop"
+
 section "distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
 cargo test --release --features mpi --test dist_mpi
 CHECKPOINT_DIR="$ci_out/dist" bash scripts/dist_demo.sh --max-steps 40 --quiet
