@@ -59,6 +59,11 @@ struct Args {
     /// Student training steps (default: 3,000; 60 with --quick).
     #[arg(long)]
     student_steps: Option<usize>,
+    /// Train and fine-tune on the CPU backend, then measure each variant (accuracy,
+    /// latency, throughput) on the current device: on a software adapter such as
+    /// lavapipe the training is what takes the time.
+    #[arg(long)]
+    train_on_cpu: bool,
     /// Load each variant listed in `<out>/report.jsonl` from its file and check that it
     /// reproduces the recorded accuracy; exit 1 if any does not.
     #[arg(long)]
@@ -140,6 +145,22 @@ fn speed(m: &Sequential, kind: &str, data: &Mnist, dev: &Device) -> tessera::Res
     Ok((time(&one, 21)? * 1e3, 64.0 / time(&many, 11)?))
 }
 
+/// A copy of `m` on `dev`, weights exact (quantised blocks included).
+fn to_device(m: &mut Sequential, arch: &str, dev: &Device) -> tessera::Result<Sequential> {
+    let mut dict = Vec::new();
+    for s in m.slots() {
+        let t = &s.tensor;
+        let moved = if t.dtype().is_quantized() {
+            let blocks = pollster::block_on(t.quantized_blocks())?;
+            Tensor::from_quantized(t.dtype(), t.dims().to_vec(), &blocks, dev)
+        } else {
+            Tensor::from_slice(&t.to_vec_blocking::<f32>()?, t.dims().to_vec(), dev)
+        };
+        dict.push((s.name.clone(), moved));
+    }
+    from_state_dict(arch, &dict.into_iter().collect())
+}
+
 fn nonzeros(m: &mut Sequential) -> tessera::Result<usize> {
     let mut n = 0;
     for s in m.slots() {
@@ -192,6 +213,9 @@ fn run(args: Args) -> tessera::Result<()> {
     if args.check {
         return check(&args.out, &data, &dev);
     }
+    // `dev` trains; `eval` measures.
+    let eval = dev.clone();
+    let dev = if args.train_on_cpu { Device::cpu() } else { dev };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| tessera::Error::Io { path: args.out.display().to_string(), message: e.to_string() })?;
     let mut b = if args.quick {
@@ -202,7 +226,13 @@ fn run(args: Args) -> tessera::Result<()> {
     if let Some(n) = args.student_steps {
         b.student = n;
     }
-    println!("device: {} ({}){}", dev.info().name, dev.info().backend, if args.quick { ", --quick" } else { "" });
+    println!(
+        "device: {} ({}){}{}",
+        eval.info().name,
+        eval.info().backend,
+        if args.train_on_cpu { ", trained on the CPU backend" } else { "" },
+        if args.quick { ", --quick" } else { "" }
+    );
     let bar = ProgressBar::new(15 + 2 * b.seeds);
     bar.set_style(
         ProgressStyle::with_template("[{bar:30}] {pos}/{len} {msg}")
@@ -212,8 +242,10 @@ fn run(args: Args) -> tessera::Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     let mut record = |name: &str, m: &mut Sequential, arch: &'static str, file: &Path| -> tessera::Result<()> {
         bar.set_message(name.to_string());
-        let accuracy = accuracy(m, arch, &data, &dev)?;
-        let (latency_ms, per_s) = speed(m, arch, &data, &dev)?;
+        let mut moved = if eval.same(&dev) { None } else { Some(to_device(m, arch, &eval)?) };
+        let on = moved.as_mut().unwrap_or(m);
+        let accuracy = accuracy(on, arch, &data, &eval)?;
+        let (latency_ms, per_s) = speed(on, arch, &data, &eval)?;
         rows.push(Row {
             name: name.into(),
             arch,

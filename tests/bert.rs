@@ -154,7 +154,8 @@ fn q4_0_keeps_unseen_sentences_close_to_f32() {
     let Some(dir) = model_dir() else { return };
     // The floor is the first GPU adapter's (lavapipe in CI); the CPU backend computes
     // the same products (minilm_matches_the_float64_reference).
-    for d in [common::first_device()] {
+    {
+        let d = common::first_device();
         common::record(&d);
         let f32_emb = SentenceEmbedder::load(&dir, &d).unwrap().embed_blocking(&UNSEEN).unwrap();
         // What `embed --dtype q4_0`, the server and the browser's Embedder do: GPTQ on

@@ -150,7 +150,7 @@ fn grad_cam_equals_a_hand_computation() {
     let targets = [1, 3];
     for dev in common::devices() {
         let mut m = two_layer_cnn(&dev);
-        let p: Vec<Vec<f64>> = m.slots().iter().map(|s| read(&s.tensor)).collect();
+        let p: Vec<Vec<f64>> = m.slots().iter().map(|s| read(s.tensor)).collect();
         let (w1, b1, w2, b2, wl) = (&p[0], &p[1], &p[2], &p[3], &p[4]);
         let mut want = Vec::new();
         for (n, &t) in targets.iter().enumerate() {
