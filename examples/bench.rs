@@ -341,7 +341,13 @@ fn run() -> tessera::Result<()> {
     let want = |name: &str| args.filters.is_empty() || args.filters.iter().any(|f| name.contains(f.as_str()));
     if !args.no_tune {
         // Tune the matmul once per adapter and driver; later runs read the cache.
-        match tessera::device::autotune::ensure(&tessera::DeviceOptions::from_env(), None) {
+        // Tune the GPU adapter even where Device::new() would pick the CPU backend (a
+        // software adapter such as lavapipe): `--devices gpu` runs on it.
+        let mut opts = tessera::DeviceOptions::from_env();
+        if opts.adapter.as_deref().is_none_or(|a| a == "cpu" || a == "auto") {
+            opts.adapter = Some("gpu".into());
+        }
+        match tessera::device::autotune::ensure(&opts, None) {
             Ok(t) => {
                 let how = if t.cached {
                     "cached".to_string()

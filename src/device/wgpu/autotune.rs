@@ -163,7 +163,7 @@ pub fn ensure(options: &DeviceOptions, path: Option<&Path>) -> Result<Tuning> {
     let path = path.map(Path::to_path_buf).or_else(cache_path);
     let probe = Device::with_options(DeviceOptions { matmul: None, autotune_cache: None, ..options.clone() })?;
     if probe.is_cpu() {
-        return Err(Error::Unsupported("autotune: the CPU reference device has no kernels to tune".into()));
+        return Err(Error::Unsupported(format!("autotune: {probe} is a host backend, with no kernels to tune")));
     }
     let key = key(&probe);
     drop(probe);
