@@ -203,12 +203,7 @@ fn main() {
 }
 
 fn run(args: Args) -> tessera::Result<()> {
-    let data = Mnist::load(&args.data).map_err(|e| match e {
-        tessera::Error::Io { path, message } => {
-            tessera::Error::Io { path, message: format!("{message} (run scripts/fetch_mnist.sh)") }
-        }
-        e => e,
-    })?;
+    let data = Mnist::load(&args.data)?;
     let dev = Device::new()?;
     if args.check {
         return check(&args.out, &data, &dev);

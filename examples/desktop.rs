@@ -121,7 +121,7 @@ impl App {
         if timestamps {
             tessera::profile::start();
         }
-        let data = Mnist::load(&args.data).map_err(|e| format!("{e} (run scripts/fetch_mnist.sh)"))?;
+        let data = Mnist::load(&args.data).map_err(|e| e.to_string())?;
         let model = Arc::new(Mutex::new(None));
         let trained = Arc::new(AtomicUsize::new(0));
         let failure = Arc::new(Mutex::new(None));

@@ -52,12 +52,7 @@ fn main() {
 }
 
 fn run(args: Args) -> tessera::Result<()> {
-    let data = Mnist::load(&args.data).map_err(|e| match e {
-        tessera::Error::Io { path, message } => {
-            tessera::Error::Io { path, message: format!("{message} (run scripts/fetch_mnist.sh)") }
-        }
-        e => e,
-    })?;
+    let data = Mnist::load(&args.data)?;
     if let Some(&bad) = args.digits.iter().find(|&&i| i >= data.len()) {
         return Err(tessera::Error::InvalidArgument {
             op: "explain",

@@ -176,12 +176,7 @@ fn main() {
 
 fn run(args: Args) -> tessera::Result<()> {
     let started = Instant::now();
-    let data = Mnist::load(&args.data).map_err(|e| match e {
-        tessera::Error::Io { path, message } => {
-            tessera::Error::Io { path, message: format!("{message} (run scripts/fetch_mnist.sh to create it)") }
-        }
-        e => e,
-    })?;
+    let data = Mnist::load(&args.data)?;
     let cnn = args.model == "cnn";
     let epochs = args.epochs.unwrap_or(if cnn { 5 } else { 8 });
     if args.distributed || args.devices.is_some() {

@@ -14,11 +14,7 @@ use crate::{no_grad, DType, Device, Error, Result, Tensor};
 /// `i`, as a `[N, classes]` one-hot seed.
 fn seed(targets: &[usize], n: usize, classes: usize, dev: &Device) -> Result<Tensor> {
     if targets.len() != n {
-        return Err(Error::InvalidArgument {
-            op: "explain",
-            detail: format!("{} targets for a batch of {n}", targets.len()),
-            location: std::panic::Location::caller(),
-        });
+        return seed_error(targets.len(), n);
     }
     let mut v = vec![0f32; n * classes];
     for (i, &t) in targets.iter().enumerate() {

@@ -50,8 +50,10 @@ impl Mnist {
     /// Read `path` (native).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load(path: &std::path::Path) -> Result<Mnist> {
-        let bytes =
-            std::fs::read(path).map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let bytes = std::fs::read(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            message: format!("{e} (run scripts/fetch_mnist.sh to create it)"),
+        })?;
         Mnist::parse(&bytes)
     }
 
