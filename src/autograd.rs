@@ -400,6 +400,13 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
             let pads: Vec<(usize, usize)> = s.dims().iter().zip(x.dims()).map(|(&a, &b)| (0, b - a)).collect();
             vec![Some(s.pad(&pads, 0.0)), None]
         }
+        // A gather planned on the host (`Tensor::gather_rows`): the gradient sums each
+        // row's gathered gradients in sorted order, one segment per table row.
+        Op::IndexSelect { axis: 0 } if ins.len() == 5 => {
+            let (perm, offsets, sorted) = (&ins[2], &ins[3], &ins[4]);
+            let gx = g.cast(DType::F32).index_select(0, perm).segment_reduce(offsets, sorted, ReduceOp::Sum);
+            vec![Some(gx.cast(dt)), None, None, None, None]
+        }
         Op::IndexSelect { axis } => {
             let (x, idx) = (&ins[0], &ins[1]);
             let n = x.dims()[*axis];
@@ -427,6 +434,26 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
         Op::Col2im { window } => one(g.im2col(*window, 0.0)),
         // Rounding to a grid has no useful derivative: quantisation stops gradients.
         Op::Quantize => vec![None],
+        // Each value row receives its segment's gradient row (sum), or the gradient of
+        // the (segment, column) pairs where it was the first maximum (max).
+        Op::SegmentReduce { op } => {
+            let (values, offsets, ids) = (&ins[0], &ins[1], &ins[2]);
+            let spread = g.index_select(0, ids);
+            match op {
+                ReduceOp::Sum => vec![Some(spread), None, None],
+                ReduceOp::Max => {
+                    let n = values.dims()[0];
+                    let at = values.segment_reduce(offsets, ids, ReduceOp::ArgMax).index_select(0, ids);
+                    let rows = Tensor::arange(0.0, n as f64, 1.0, DType::I32, values.device()).reshape(vec![n, 1]);
+                    let hit = at.eq(&rows.broadcast_to(values.dims().to_vec()));
+                    vec![Some(Tensor::where_(&hit, &spread, &spread.zeros_like())), None, None]
+                }
+                _ => vec![None, None, None],
+            }
+        }
+        // An optimiser's write and a selection: no gradients.
+        Op::ScatterRows => vec![None, None, None],
+        Op::TopK { .. } => vec![None],
         Op::Norm { rms, eps, weight, bias } => {
             // n = normalised x (recomputed), y = n * w + b; in f32 (the kernel's
             // precision for f16 inputs too), each gradient back in its input's dtype.

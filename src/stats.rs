@@ -136,6 +136,11 @@ impl Counters {
         }
     }
 
+    /// Start the high-water mark again from what is in use now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.in_use.load(Relaxed), Relaxed);
+    }
+
     pub fn snapshot(&self) -> Stats {
         Stats {
             kernels_dispatched: self.kernels.load(Relaxed),

@@ -186,6 +186,11 @@ impl Tensor {
         self.0.storage.lock().ok().and_then(|s| s.clone())
     }
 
+    /// Take the storage out (the tensor is unrealised until it is set again).
+    pub(crate) fn take_storage(&self) -> Option<Storage> {
+        self.0.storage.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     pub(crate) fn set_storage(&self, s: Storage) {
         *self.0.storage.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
     }

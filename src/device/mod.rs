@@ -476,6 +476,12 @@ impl Device {
         self.0.counters.snapshot()
     }
 
+    /// Restart this device's `peak_bytes` from the bytes in use now, to measure what
+    /// one piece of work holds at most.
+    pub fn reset_peak_bytes(&self) {
+        self.0.counters.reset_peak();
+    }
+
     /// The wgpu device and queue, for applications that share the GPU.
     pub fn wgpu(&self) -> Option<(&::wgpu::Device, &::wgpu::Queue)> {
         match &self.0.backend {

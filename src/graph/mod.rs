@@ -179,6 +179,27 @@ pub enum Op {
     /// format, Q8_0 or Q4_0, by the same algorithm as [`crate::quant::quantize`]; one
     /// kernel that writes the GPU block layout.
     Quantize,
+    /// Segment reduction over rows: inputs `(values [N, D], offsets [S + 1] I32,
+    /// segment_ids [N] I32)`; output `[S, D]` row `s` reduces value rows
+    /// `offsets[s]..offsets[s + 1]` by `op` (Sum, Max, or ArgMax: the position of the
+    /// first maximum among all N rows, as I32). Empty segments give 0 (ArgMax -1).
+    /// `segment_ids[k]` is the segment of row `k`: the kernel does not read it, the
+    /// gradient does. Values are f32 and fuse into the kernel, so a gather of embedding
+    /// rows times per-sample weights is one kernel (`nn::EmbeddingBag`).
+    SegmentReduce {
+        op: ReduceOp,
+    },
+    /// `x` (f32 `[R, D]`) with rows `rows[u]` replaced by `src[u]`: inputs
+    /// `(x, rows [U] I32, src [U, D])`. The kernel writes into `x`'s buffer in place, so
+    /// its cost is that of the `U` rows: `x` is consumed (after the realisation its
+    /// contents are unspecified). Rows out of range are skipped; duplicates are the
+    /// caller's to avoid. What sparse optimisers update tables with.
+    ScatterRows,
+    /// Indices (I32, `[.., k]`) of the `k` largest values along the last axis, largest
+    /// first, ties to the lower index, NaN the largest; one kernel, its input fused.
+    TopK {
+        k: usize,
+    },
 }
 
 /// Geometry of a 2-D sliding window: `(rows, cols)` pairs.
@@ -236,6 +257,9 @@ impl Op {
             Op::Im2col { .. } => "im2col".into(),
             Op::Col2im { .. } => "col2im".into(),
             Op::Quantize => "quantize".into(),
+            Op::SegmentReduce { op } => format!("segment_{op:?}").to_lowercase(),
+            Op::ScatterRows => "scatter_rows".into(),
+            Op::TopK { .. } => "topk".into(),
         }
     }
 
@@ -253,6 +277,9 @@ impl Op {
             Op::Softmax { .. } => KernelKind::Softmax,
             Op::Norm { .. } => KernelKind::Norm,
             Op::Quantize => KernelKind::Quantize,
+            Op::SegmentReduce { .. } => KernelKind::Segment,
+            Op::ScatterRows => KernelKind::Scatter,
+            Op::TopK { .. } => KernelKind::TopK,
             Op::Full { .. }
             | Op::Arange { .. }
             | Op::Rand { .. }
@@ -292,7 +319,10 @@ impl Op {
             Op::Softmax { axis, log } => (axis, log).hash(h),
             // eps is rendered into the meta, not patched: it is part of the structure.
             Op::Norm { rms, eps, weight, bias } => (rms, eps.to_bits(), weight, bias).hash(h),
+            Op::SegmentReduce { op } => op.hash(h),
+            Op::TopK { k } => k.hash(h),
             Op::Input
+            | Op::ScatterRows
             | Op::Full { .. }
             | Op::Arange { .. }
             | Op::Where
@@ -342,12 +372,18 @@ pub enum KernelKind {
     Norm,
     /// Quantisation into a block format, with its input expression fused in.
     Quantize,
+    /// A segment reduction over rows, its values expression fused in.
+    Segment,
+    /// Rows written into a table's buffer in place (its operands materialised first).
+    Scatter,
+    /// The top k of each row, its input expression fused in.
+    TopK,
 }
 
 impl KernelKind {
     /// Kernels that read their operands as whole buffers, never as fused expressions.
     pub fn reads_whole_buffers(self) -> bool {
-        matches!(self, KernelKind::Attention | KernelKind::Softmax | KernelKind::Norm)
+        matches!(self, KernelKind::Attention | KernelKind::Softmax | KernelKind::Norm | KernelKind::Scatter)
     }
 }
 

@@ -304,7 +304,36 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
         .filter(|t| mat.contains(&t.id()))
         .map(|t| ScheduledKernel { root: t.clone(), kind: t.op().kernel_kind().unwrap_or(KernelKind::Elementwise) })
         .collect();
-    Schedule { kernels, materialised: mat }
+    Schedule { kernels: scatters_last(kernels, &mat), materialised: mat }
+}
+
+/// Move in-place row writes (`ScatterRows`) after every other kernel, so whatever reads
+/// a table's old rows in this realisation (a forward pass, a gradient) runs before the
+/// table is overwritten. Kept in place when a later kernel reads a write's result.
+fn scatters_last(kernels: Vec<ScheduledKernel>, mat: &HashSet<u64>) -> Vec<ScheduledKernel> {
+    let (scatters, rest): (Vec<_>, Vec<_>) = kernels.iter().cloned().partition(|k| k.kind == KernelKind::Scatter);
+    if scatters.is_empty() {
+        return kernels;
+    }
+    let written: HashSet<u64> = scatters.iter().map(|k| k.root.id()).collect();
+    for k in &rest {
+        let mut stack: Vec<Tensor> = k.root.node().inputs.clone();
+        let mut seen = HashSet::new();
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t.id()) {
+                continue;
+            }
+            if written.contains(&t.id()) {
+                return kernels;
+            }
+            if !t.is_realized() && !mat.contains(&t.id()) {
+                stack.extend(t.node().inputs.iter().cloned());
+            } else if t.node().op == Op::Reshape {
+                stack.push(t.node().inputs[0].clone());
+            }
+        }
+    }
+    rest.into_iter().chain(scatters).collect()
 }
 
 /// If the fused group under `root` is too large, the id of a node to materialise.

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod fuzz;
 pub mod gguf;
 pub mod mnist;
+pub mod movielens;
 pub mod safetensors;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod tensorboard;

@@ -172,6 +172,13 @@ impl<'a> Gen<'a> {
     }
 
     /// Reserve a meta slot holding `v`; returns its WGSL read expression.
+    /// Start another WGSL function: take the body emitted so far and forget the values
+    /// it defined (they are out of scope in the next function).
+    pub fn take_function_body(&mut self) -> String {
+        self.memo.clear();
+        std::mem::take(&mut self.body)
+    }
+
     pub fn slot(&mut self, v: u32) -> String {
         self.meta.push(v);
         format!("m({}u)", self.meta.len() - 1)
@@ -668,7 +675,10 @@ impl<'a> Gen<'a> {
             | Op::Attention { .. }
             | Op::Softmax { .. }
             | Op::Norm { .. }
-            | Op::Quantize => {
+            | Op::Quantize
+            | Op::SegmentReduce { .. }
+            | Op::ScatterRows
+            | Op::TopK { .. } => {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);
                 let l = self.linear(ix, t);
@@ -729,6 +739,7 @@ impl<'a> Gen<'a> {
             trusted: false,
             window: None,
             rows: None,
+            alias: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod matmul;
 pub mod norm;
 pub mod quantize;
 pub mod reduce;
+pub mod segment;
 pub mod softmax;
 pub mod texture;
 #[cfg(test)]
@@ -38,6 +39,9 @@ pub mod sources {
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
     pub const QUANTIZE: &str = include_str!("../../shaders/quantize.wgsl");
     pub const TEXTURE: &str = include_str!("../../shaders/texture.wgsl");
+    pub const SEGMENT_REDUCE: &str = include_str!("../../shaders/segment_reduce.wgsl");
+    pub const SCATTER_ROWS: &str = include_str!("../../shaders/scatter_rows.wgsl");
+    pub const TOPK: &str = include_str!("../../shaders/topk.wgsl");
 }
 
 /// What the target adapter can do, as far as shader text is concerned.
@@ -114,6 +118,9 @@ pub struct KernelSpec {
     /// Set for matrix products that can run as several dispatches over row blocks of
     /// A and C (B bound whole), for an A or C larger than one storage binding.
     pub rows: Option<RowSplit>,
+    /// An in-place kernel (`ScatterRows`): the tensor whose buffer is also the output,
+    /// bound as the output only.
+    pub alias: Option<Tensor>,
 }
 
 /// How a matrix product splits by rows: the meta slot holding M, the elements of one
@@ -184,6 +191,7 @@ impl KernelSpec {
             trusted,
             window: None,
             rows: None,
+            alias: None,
         }
     }
 }
@@ -199,6 +207,9 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
             KernelKind::Elementwise => elementwise::render(&k.root, &is_leaf, caps)?,
             KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
             KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
+            KernelKind::Segment => segment::render_segment(&k.root, &is_leaf, caps)?,
+            KernelKind::Scatter => segment::render_scatter(&k.root, &is_leaf, caps)?,
+            KernelKind::TopK => segment::render_topk(&k.root, &is_leaf, caps)?,
             KernelKind::Matmul => {
                 let ins = &k.root.node().inputs;
                 let src = |i: &Tensor| matmul_operand(i, &sched.materialised);

@@ -144,31 +144,90 @@ impl Layer for RMSNorm {
 }
 
 /// A lookup table `[num, dim]`: ids of any shape give `[.., dim]`. The table may be
-/// quantised; rows come out f32.
-#[derive(Clone, Debug, Module)]
+/// quantised; rows come out f32. With `sparse` (PyTorch's `sparse=True`), the table
+/// gets a sparse gradient (the rows a batch touched) for [`crate::optim::SparseAdam`]
+/// or [`crate::optim::Adagrad`], and ids are read on the host ([`Embedding::lookup`]).
+#[derive(Clone, Debug)]
 pub struct Embedding {
     pub name: String,
     pub weight: Tensor,
+    pub sparse: bool,
+    pub pending: super::sparse::PendingLookups,
 }
 
 impl Embedding {
     /// A trainable table initialised from N(0, 1), as PyTorch does.
     pub fn new(num: usize, dim: usize, seed: u64, dev: &Device) -> Embedding {
-        Embedding { name: String::new(), weight: init::normal(&[num, dim], 1.0, seed, dev).requires_grad() }
+        Embedding::from_weight(init::normal(&[num, dim], 1.0, seed, dev).requires_grad())
+    }
+
+    /// A table over `weight` (dense gradients).
+    pub fn from_weight(weight: Tensor) -> Embedding {
+        Embedding { name: String::new(), weight, sparse: false, pending: Default::default() }
+    }
+
+    /// The same table with sparse gradients.
+    pub fn sparse(mut self) -> Embedding {
+        self.sparse = true;
+        self
     }
 
     /// Take `<prefix>.weight` from a file.
     pub fn load(file: &mut TensorFile, prefix: &str) -> Result<Embedding> {
-        Ok(Embedding { name: prefix.to_string(), weight: file.take(&format!("{prefix}.weight"))? })
+        let mut e = Embedding::from_weight(file.take(&format!("{prefix}.weight"))?);
+        e.name = prefix.to_string();
+        Ok(e)
     }
 
-    /// Rows of the table for integer `ids`.
+    /// Rows of the table for integer `ids`. A sparse table reads the ids back (blocking,
+    /// native only); [`Embedding::lookup`] takes them from the host.
     #[track_caller]
     pub fn forward(&self, ids: &Tensor) -> Tensor {
         let dim = self.weight.dims().last().copied().unwrap_or(0);
         let mut shape = ids.dims().to_vec();
+        if self.sparse && crate::autograd::grad_enabled() {
+            let r = super::sparse::read_ids(ids).and_then(|v| {
+                let v: Vec<u32> = v.iter().map(|&i| u32::try_from(i).unwrap_or(u32::MAX)).collect();
+                super::sparse::sparse_lookup(&self.weight, &v, &shape, &self.pending)
+            });
+            return self.weight.lift(r);
+        }
         shape.push(dim);
         self.weight.index_select(0, &ids.flatten()).reshape(shape)
+    }
+
+    /// Rows for ids given on the host, shaped `[shape.., dim]`; the gradient is a sorted
+    /// segment sum (sparse with `sparse`). Out-of-range ids are an error.
+    #[track_caller]
+    pub fn lookup(&self, ids: &[u32], shape: &[usize]) -> Tensor {
+        let r = if shape.iter().product::<usize>() != ids.len() {
+            Err(crate::Error::InvalidArgument {
+                op: "embedding",
+                detail: format!("{} ids cannot take the shape {shape:?}", ids.len()),
+                location: std::panic::Location::caller(),
+            })
+        } else if self.sparse && crate::autograd::grad_enabled() {
+            super::sparse::sparse_lookup(&self.weight, ids, shape, &self.pending)
+        } else {
+            crate::ops::segment::GatherPlan::new(ids, self.weight.dims()[0], self.weight.device()).map(|p| {
+                let mut dims = shape.to_vec();
+                dims.push(self.weight.dims()[1]);
+                self.weight.gather_rows(&p).reshape(dims)
+            })
+        };
+        self.weight.lift(r)
+    }
+}
+
+impl Module for Embedding {
+    fn visit(&self, v: &mut dyn Visitor) {
+        v.tensor("weight", &self.weight, super::Role::Parameter);
+    }
+    fn visit_mut<'a>(&'a mut self, v: &mut dyn VisitorMut<'a>) {
+        v.tensor("weight", &mut self.weight, super::Role::Parameter);
+    }
+    fn own_sparse_lookups(&self) -> Vec<super::sparse::SparseLookup> {
+        self.pending.take()
     }
 }
 

@@ -12,10 +12,12 @@ pub mod conv;
 pub mod init;
 pub mod layers;
 pub mod loss;
+pub mod sparse;
 
 pub use attention::{MultiHeadAttention, TransformerEncoderLayer};
 pub use conv::{AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, MaxPool2d};
 pub use layers::{Activation, Dropout, Embedding, Flatten, LayerNorm, Linear, RMSNorm, Sequential};
+pub use sparse::{BagMode, Bags, EmbeddingBag, SparseGrad};
 
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
@@ -242,6 +244,12 @@ pub trait Module: MaybeSync {
             }
         }
         self.visit_mut(&mut Mode(training));
+    }
+
+    /// Sparse lookups this module itself (not its children) recorded since the last
+    /// optimiser step; see [`sparse::take_sparse_lookups`].
+    fn own_sparse_lookups(&self) -> Vec<sparse::SparseLookup> {
+        Vec::new()
     }
 
     /// Trainable parameters with their full names.

@@ -8,6 +8,7 @@ pub mod matmul;
 pub mod movement;
 pub mod nn;
 pub mod reduce;
+pub mod segment;
 
 use crate::shape::normalize_axis;
 use crate::{DType, Error, Result, Tensor};

@@ -7,9 +7,10 @@
 //! writes. Step-dependent scalars (learning rate, bias corrections) travel as kernel
 //! parameters, so a repeated step re-uses the same pipelines.
 
-use crate::nn::{Module, Slot};
+use crate::nn::{Module, Slot, SparseGrad};
 use crate::{Error, Gradients, Result, Tensor};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// An optimiser: turns gradients into lazy parameter updates.
 pub trait Optimizer: crate::nn::MaybeSync {
@@ -17,6 +18,20 @@ pub trait Optimizer: crate::nn::MaybeSync {
     /// With `apply` (a Bool scalar), the update only happens where it is true: a step
     /// with overflowing gradients leaves parameters and state as they were.
     fn update(&mut self, slots: &mut [Slot], grads: &Gradients, apply: Option<&Tensor>) -> Result<()>;
+    /// Replace the tables of `grads` (sparse gradients: rows and their values) with
+    /// their updated values, writing only those rows. Optimisers without a sparse rule
+    /// refuse, as PyTorch's do; [`SparseAdam`] and [`Adagrad`] have one.
+    fn update_sparse(&mut self, slots: &mut [Slot], grads: &[SparseGrad], apply: Option<&Tensor>) -> Result<()> {
+        let _ = (slots, apply);
+        match grads.first() {
+            None => Ok(()),
+            Some(g) => Err(Error::Unsupported(format!(
+                "{} has a sparse gradient (an Embedding or EmbeddingBag with sparse = true): \
+                 optim::SparseAdam and optim::Adagrad update sparse gradients, this optimiser does not",
+                g.param
+            ))),
+        }
+    }
     /// Named state tensors (moments, momentum buffers), to realise and to checkpoint.
     fn state(&mut self) -> Vec<(String, &mut Tensor)>;
     /// Current learning rate.
@@ -125,6 +140,9 @@ impl Optimizer for Sgd {
         self.steps = steps;
     }
 }
+
+mod sparse;
+pub use sparse::{Adagrad, SparseAdam};
 
 /// Adam, and AdamW when `decoupled` (weight decay applied to the weights directly).
 #[derive(Clone, Debug)]
@@ -455,6 +473,9 @@ pub async fn step_async<O: Optimizer + ?Sized>(
         Some(s) => loss.mul_scalar(s).backward()?,
         None => loss.backward()?,
     };
+    // Sparse tables: each table's lookups merged into one gradient over distinct rows,
+    // kept among the dense gradients until scaling and clipping have seen them.
+    let sparse_keys = gather_sparse(model, &mut grads)?;
     if let Some(s) = scale {
         grads.map_all(|g| g.mul_scalar(1.0 / s));
     }
@@ -465,8 +486,14 @@ pub async fn step_async<O: Optimizer + ?Sized>(
     if let Some(max) = clip_norm {
         clip_grad_norm(&mut grads, max);
     }
+    let sparse: Vec<SparseGrad> = sparse_keys
+        .into_iter()
+        .filter_map(|(param, rows, key)| grads.take(&key).map(|values| SparseGrad { param, rows, values }))
+        .collect();
     let mut slots = model.slots();
     opt.update(&mut slots, &grads, finite.as_ref())?;
+    opt.update_sparse(&mut slots, &sparse, finite.as_ref())?;
+    drop(sparse);
     drop(grads);
     let mut keep: Vec<Tensor> = slots.iter().map(|s| s.tensor.clone()).collect();
     keep.extend(opt.state().into_iter().map(|(_, t)| t.clone()));
@@ -499,4 +526,25 @@ pub async fn step_async<O: Optimizer + ?Sized>(
     }
     let loss = (!values.is_empty()).then(|| values.remove(0).first().copied().unwrap_or(f64::NAN));
     Ok(StepResult { loss, values, applied })
+}
+
+/// Take the model's sparse lookups and put one merged gradient per table into `grads`
+/// (keyed by a tensor returned with the table's name and rows).
+fn gather_sparse(model: &dyn Module, grads: &mut Gradients) -> Result<Vec<(String, Arc<Vec<u32>>, Tensor)>> {
+    let mut by_param: Vec<(String, Vec<(Arc<Vec<u32>>, Tensor)>)> = Vec::new();
+    for l in crate::nn::sparse::take_sparse_lookups(model) {
+        let Some(g) = grads.take(&l.gathered) else { continue };
+        match by_param.iter_mut().find(|(p, _)| *p == l.param) {
+            Some((_, parts)) => parts.push((l.rows, g)),
+            None => by_param.push((l.param, vec![(l.rows, g)])),
+        }
+    }
+    let mut keys = Vec::with_capacity(by_param.len());
+    for (param, parts) in by_param {
+        let merged = crate::nn::sparse::merge(param, parts)?;
+        let key = merged.values.clone();
+        grads.insert(&key, merged.values);
+        keys.push((merged.param, merged.rows, key));
+    }
+    Ok(keys)
 }

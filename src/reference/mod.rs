@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod matmul;
 pub mod movement;
 pub mod reduce;
+pub mod segment;
 
 use crate::graph::Op;
 use crate::{Result, Tensor};
@@ -65,6 +66,9 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         Op::Im2col { window, pad_value } => movement::im2col(inputs[0], dims(0), window, *pad_value, t.dims()),
         Op::Col2im { window } => movement::col2im(inputs[0], dims(0), window, t.dims()),
         Op::Quantize => quantize(dt, inputs[0]).0,
+        Op::SegmentReduce { op } => segment::segment_reduce(*op, inputs[0], inputs[1], dims(0)[1]),
+        Op::ScatterRows => segment::scatter_rows(inputs[0], inputs[1], inputs[2], dims(0)[1]),
+        Op::TopK { k } => segment::topk(inputs[0], dims(0).last().copied().unwrap_or(1), *k),
     };
     if exact && dt.is_float() || dt.is_quantized() {
         return Ok(out);

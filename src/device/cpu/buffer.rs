@@ -10,7 +10,7 @@ use half::slice::HalfFloatSliceExt;
 use std::sync::Arc;
 
 /// A realised tensor on the CPU backend.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum HostBuffer {
     F32(Vec<f32>),
     F16(Vec<f16>),
@@ -37,6 +37,18 @@ impl CpuBuffer {
         counters.allocated(bytes);
         counters.in_use(bytes);
         CpuBuffer { data, counters: counters.clone() }
+    }
+}
+
+impl CpuBuffer {
+    /// The values, to write in place (an in-place kernel that owns the buffer).
+    pub fn data_mut(&mut self) -> &mut HostBuffer {
+        &mut self.data
+    }
+
+    /// A counted copy.
+    pub fn duplicate(&self) -> CpuBuffer {
+        CpuBuffer::new(self.data.clone(), &self.counters)
     }
 }
 

@@ -300,7 +300,11 @@ impl Program {
                 Op::Pad { before, value } => Kind::Pad { before: before.clone(), value: *value },
                 Op::Concat { axis } => Kind::Concat { axis: *axis },
                 Op::Gather { axis } => Kind::Gather { axis: *axis, loc: n.location },
-                Op::IndexSelect { axis } => Kind::IndexSelect { axis: *axis, loc: n.location },
+                Op::IndexSelect { axis } => {
+                    // A planned gather's sort inputs serve its gradient only.
+                    ins.truncate(2);
+                    Kind::IndexSelect { axis: *axis, loc: n.location }
+                }
                 Op::Im2col { window, pad_value } => Kind::Im2col { window: *window, pad_value: *pad_value },
                 Op::Col2im { window } => Kind::Col2im { window: *window },
                 op => {

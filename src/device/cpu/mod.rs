@@ -64,6 +64,11 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     let mut produced: HashMap<u64, Arc<CpuBuffer>> = HashMap::new();
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
     for (j, k) in sched.kernels.iter().enumerate() {
+        if k.kind == KernelKind::Scatter {
+            let out = scatter_in_place(&k.root, &sched.materialised, &mut produced)?;
+            produced.insert(k.root.id(), out);
+            continue;
+        }
         reserve(dev, k.root.dtype().storage_bytes(k.root.numel()))?;
         let out = {
             let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
@@ -114,6 +119,61 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     Ok((n_read > 0).then_some(out))
 }
 
+/// `Op::ScatterRows`: write the rows into the table's own buffer when nothing else
+/// holds it (else into a copy), and give that buffer to both the table and the result.
+fn scatter_in_place(
+    root: &Tensor,
+    materialised: &std::collections::HashSet<u64>,
+    produced: &mut HashMap<u64, Arc<CpuBuffer>>,
+) -> Result<Arc<CpuBuffer>> {
+    let ins = &root.node().inputs;
+    let find = |t: &Tensor, produced: &HashMap<u64, Arc<CpuBuffer>>| -> Result<Arc<CpuBuffer>> {
+        let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
+        match (produced.get(&src.id()), src.storage()) {
+            (Some(b), _) => Ok(b.clone()),
+            (None, Some(Storage::Cpu(b))) => Ok(b),
+            _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
+        }
+    };
+    let rows = find(&ins[1], produced)?;
+    let values = find(&ins[2], produced)?;
+    let (HostBuffer::I32(rows), HostBuffer::F32(values)) = (&**rows, &**values) else {
+        return Err(Error::Unsupported("cpu: scatter_rows takes i32 rows and f32 values".into()));
+    };
+    let table = buffer_source(&ins[0], materialised).unwrap_or_else(|| ins[0].clone());
+    // The buffer, moved out of wherever it lives so that it can be owned.
+    let (held, from_tensor) = match produced.remove(&table.id()) {
+        Some(b) => (b, false),
+        None => match table.take_storage() {
+            Some(Storage::Cpu(b)) => (b, true),
+            other => {
+                if let Some(s) = other {
+                    table.set_storage(s);
+                }
+                return Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", table.id())));
+            }
+        },
+    };
+    let mut owned = Arc::try_unwrap(held).unwrap_or_else(|shared| shared.duplicate());
+    let d = ins[0].dims()[1];
+    let r = ins[0].dims()[0];
+    if let HostBuffer::F32(table_values) = owned.data_mut() {
+        for (u, &row) in rows.iter().enumerate() {
+            if row >= 0 && (row as usize) < r {
+                let at = row as usize * d;
+                table_values[at..at + d].copy_from_slice(&values[u * d..(u + 1) * d]);
+            }
+        }
+    }
+    let out = Arc::new(owned);
+    if from_tensor {
+        table.set_storage(Storage::Cpu(out.clone()));
+    } else {
+        produced.insert(table.id(), out.clone());
+    }
+    Ok(out)
+}
+
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
 /// ([`Device::memory_limit`]), or more than the allocator will grant. Tensors already
 /// computed stay valid.
@@ -161,6 +221,20 @@ fn kernel(
             let values = prog.run(ins[0].numel())?.to_f32();
             Ok(HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values)))
         }
+        KernelKind::Segment => {
+            let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
+            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
+            let values = prog.run(ins[0].numel())?.to_f32();
+            let offsets =
+                Program::compile(&ins[1], false, is_leaf, buffer)?.run(ins[1].numel())?.to_f64(ins[1].numel());
+            Ok(reduce::segment(*op, &values, &offsets, ins[0].dims()[1]))
+        }
+        KernelKind::TopK => {
+            let Op::TopK { k } = root.op() else { unreachable!("top-k kernels root a top-k") };
+            let values = Program::compile(&ins[0], false, is_leaf, buffer)?.run(ins[0].numel())?.to_f32();
+            Ok(reduce::topk(&values, ins[0].dims().last().copied().unwrap_or(1), *k))
+        }
+        KernelKind::Scatter => unreachable!("scatters run in place in `run`"),
         KernelKind::Matmul => {
             let operand = |t: &Tensor| -> Result<matmul::Operand> {
                 let (b, transposed) = matmul_operand(t, materialised).ok_or_else(|| {

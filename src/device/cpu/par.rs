@@ -53,3 +53,13 @@ pub(crate) fn map<R: Send>(n: usize, parallel: bool, f: impl Fn(usize) -> Result
 pub(crate) fn worth(work: usize) -> bool {
     work >= PARALLEL_FROM && threads() > 1
 }
+
+/// `f(row index, row)` over `out` in rows of `row` elements, in parallel when `out` is
+/// large.
+pub(crate) fn for_rows<T: Send>(out: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    let row = row.max(1);
+    let _ = chunks(out, row, |first, c| {
+        f(first / row, c);
+        Ok(())
+    });
+}

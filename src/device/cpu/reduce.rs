@@ -285,3 +285,86 @@ fn gathered(
     })?;
     Ok(parts.into_iter().flatten().collect())
 }
+
+/// `Op::SegmentReduce` over `values` (`[N, D]`, f32) by `offsets` (`[S + 1]`): sums in
+/// f32 in row order, max and argmax keep the first maximum (NaN the maximum); empty
+/// segments give 0 (argmax -1). Segments run on rayon's threads.
+pub(crate) fn segment(op: ReduceOp, values: &[f32], offsets: &[f64], d: usize) -> HostBuffer {
+    let n = values.len().checked_div(d).unwrap_or(0);
+    let s = offsets.len().saturating_sub(1);
+    let range = |seg: usize| {
+        let start = (offsets[seg].max(0.0) as usize).min(n);
+        (start, (offsets[seg + 1].max(0.0) as usize).clamp(start, n))
+    };
+    let argmax_of = |seg: usize, c: usize| -> Option<(usize, f32)> {
+        let (start, end) = range(seg);
+        let mut best: Option<(usize, f32)> = None;
+        for k in start..end {
+            let v = values[k * d + c];
+            if best.is_none_or(|(_, b)| !b.is_nan() && (v > b || v.is_nan())) {
+                best = Some((k, v));
+            }
+        }
+        best
+    };
+    match op {
+        ReduceOp::ArgMax => {
+            let mut out = vec![0i32; s * d];
+            par::for_rows(&mut out, d.max(1), |seg, row| {
+                for (c, o) in row.iter_mut().enumerate() {
+                    *o = argmax_of(seg, c).map_or(-1, |(k, _)| k as i32);
+                }
+            });
+            HostBuffer::I32(out)
+        }
+        _ => {
+            let mut out = vec![0f32; s * d];
+            par::for_rows(&mut out, d.max(1), |seg, row| {
+                if op == ReduceOp::Max {
+                    for (c, o) in row.iter_mut().enumerate() {
+                        *o = argmax_of(seg, c).map_or(0.0, |(_, v)| v);
+                    }
+                    return;
+                }
+                let (start, end) = range(seg);
+                for k in start..end {
+                    for (o, v) in row.iter_mut().zip(&values[k * d..(k + 1) * d]) {
+                        *o += v;
+                    }
+                }
+            });
+            HostBuffer::F32(out)
+        }
+    }
+}
+
+/// `Op::TopK`: the indices of the `k` largest of each row of `n` (largest first, ties
+/// to the lower index, NaN the largest), rows on rayon's threads.
+pub(crate) fn topk(values: &[f32], n: usize, k: usize) -> HostBuffer {
+    let rows = values.len().checked_div(n).unwrap_or(0);
+    let mut out = vec![0i32; rows * k];
+    let before = |a: f32, ia: usize, b: f32, ib: usize| -> bool {
+        match (a.is_nan(), b.is_nan()) {
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) => ia < ib,
+            _ => a > b || (a == b && ia < ib),
+        }
+    };
+    par::for_rows(&mut out, k.max(1), |r, dst| {
+        let row = &values[r * n..(r + 1) * n];
+        let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+        for (j, &v) in row.iter().enumerate() {
+            if best.len() == k && !before(v, j, best[k - 1].0, best[k - 1].1) {
+                continue;
+            }
+            let p = best.partition_point(|&(b, ib)| before(b, ib, v, j));
+            best.insert(p, (v, j));
+            best.truncate(k);
+        }
+        for (o, (_, j)) in dst.iter_mut().zip(&best) {
+            *o = *j as i32;
+        }
+    });
+    HostBuffer::I32(out)
+}

@@ -365,7 +365,7 @@ pub(crate) async fn run(
     // of this submit can reuse it; the pool gets it back only after the submit.
     let mut last_use: HashMap<u64, usize> = HashMap::new();
     for (j, s) in specs.iter().enumerate() {
-        for i in &s.inputs {
+        for i in s.inputs.iter().chain(&s.alias) {
             last_use.insert(i.id(), j);
         }
     }
@@ -400,9 +400,11 @@ pub(crate) async fn run(
     let mut meta_index = 0;
     for (j, s) in specs.iter().enumerate() {
         let need = s.output.storage_bytes();
-        let out = match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
-            Some(p) => local_free.swap_remove(p),
-            None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
+        let out = match (&s.alias, local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2)) {
+            // An in-place kernel writes the buffer of the tensor it consumes.
+            (Some(a), _) => buffer_of(a, &produced)?,
+            (None, Some(p)) => local_free.swap_remove(p),
+            (None, None) => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
         let mut pipeline_of = None;
@@ -465,7 +467,7 @@ pub(crate) async fn run(
         meta_index += chunks.len();
         produced.insert(s.output.id(), out);
         for i in &s.inputs {
-            if last_use.get(&i.id()) == Some(&j) && !target_ids.contains(&i.id()) {
+            if last_use.get(&i.id()) == Some(&j) && !target_ids.contains(&i.id()) && s.alias.is_none() {
                 if let Some(b) = produced.remove(&i.id()) {
                     local_free.push(b);
                 }

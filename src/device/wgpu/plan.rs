@@ -34,6 +34,7 @@ struct CachedKernel {
     trusted: bool,
     window: Option<crate::kernels::Window>,
     rows: Option<crate::kernels::RowSplit>,
+    alias: Option<usize>,
 }
 
 struct CachedPlan {
@@ -73,6 +74,7 @@ impl PlanCache {
                 patches: Vec::new(),
                 window: k.window.clone(),
                 rows: k.rows.clone(),
+                alias: k.alias.map(|a| sig.nodes[a].clone()),
             });
         }
         Some(out)
@@ -87,6 +89,13 @@ impl PlanCache {
             let (Some(output), Some(inputs)) = (at(&s.output), s.inputs.iter().map(at).collect::<Option<Vec<_>>>())
             else {
                 return;
+            };
+            let alias = match &s.alias {
+                Some(a) => match at(a) {
+                    Some(p) => Some(p),
+                    None => return,
+                },
+                None => None,
             };
             let mut patches = Vec::with_capacity(s.patches.len());
             for p in &s.patches {
@@ -106,6 +115,7 @@ impl PlanCache {
                 workgroups: s.workgroups,
                 window: s.window.clone(),
                 rows: s.rows.clone(),
+                alias,
             });
         }
         if let Ok(mut m) = self.plans.lock() {

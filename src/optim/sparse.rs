@@ -1,0 +1,146 @@
+//! Optimisers with a sparse rule: [`SparseAdam`] (PyTorch's lazy `SparseAdam`) and
+//! [`Adagrad`]. A sparse gradient updates only its rows of the table and of the
+//! optimiser's state, each written in place ([`Tensor::scatter_rows`]), so a step costs
+//! the rows a batch touched whatever the table's size. Dense gradients get the dense
+//! rule (Adam, Adagrad), so one optimiser trains a whole recommendation model.
+
+use super::{gated, Adam, Optimizer};
+use crate::nn::{Slot, SparseGrad};
+use crate::{Error, Gradients, Result, Tensor};
+use std::collections::HashMap;
+
+/// The slot a sparse gradient belongs to, and its rows as an I32 tensor.
+fn target<'s, 'a>(slots: &'s mut [Slot<'a>], g: &SparseGrad) -> Result<(&'s mut Slot<'a>, Tensor)> {
+    let slot = slots
+        .iter_mut()
+        .find(|s| s.trainable && s.name == g.param)
+        .ok_or_else(|| Error::Unsupported(format!("a sparse gradient for {}, which is not a parameter", g.param)))?;
+    let rows: Vec<i32> = g.rows.iter().map(|&r| r as i32).collect();
+    let rows = Tensor::from_slice(&rows, [rows.len()], slot.tensor.device());
+    Ok((slot, rows))
+}
+
+/// Adam whose sparse gradients update lazily, as PyTorch's `SparseAdam`: only the rows
+/// a batch touched move, and only their moments decay; bias corrections use the step
+/// count. Dense gradients (the rest of the model) get plain [`Adam`].
+#[derive(Clone, Debug)]
+pub struct SparseAdam {
+    pub adam: Adam,
+}
+
+impl SparseAdam {
+    /// With PyTorch's defaults (betas 0.9/0.999, eps 1e-8).
+    pub fn new(lr: f64) -> SparseAdam {
+        SparseAdam { adam: Adam::new(lr) }
+    }
+}
+
+impl Optimizer for SparseAdam {
+    fn update(&mut self, slots: &mut [Slot], grads: &Gradients, apply: Option<&Tensor>) -> Result<()> {
+        self.adam.update(slots, grads, apply)
+    }
+
+    fn update_sparse(&mut self, slots: &mut [Slot], grads: &[SparseGrad], apply: Option<&Tensor>) -> Result<()> {
+        let a = &mut self.adam;
+        // `update` ran first this step and counted it.
+        let t = a.steps.max(1) as i32;
+        let (b1, b2) = (a.beta1, a.beta2);
+        let step_size = a.lr * (1.0 - b2.powi(t)).sqrt() / (1.0 - b1.powi(t));
+        for g in grads {
+            let (slot, rows) = target(slots, g)?;
+            let p = slot.tensor.clone();
+            let (m0, v0) = a.moments.get(&slot.name).cloned().unwrap_or_else(|| (p.zeros_like(), p.zeros_like()));
+            let (po, mo, vo) = (p.index_select(0, &rows), m0.index_select(0, &rows), v0.index_select(0, &rows));
+            let gv = &g.values;
+            let m = mo.add(&gv.sub(&mo).mul_scalar(1.0 - b1));
+            let v = vo.add(&gv.square().sub(&vo).mul_scalar(1.0 - b2));
+            let pn = po.sub(&m.div(&v.sqrt().add_scalar(a.eps)).mul_scalar(step_size));
+            *slot.tensor = p.scatter_rows(&rows, &gated(apply, pn, &po));
+            let m = m0.scatter_rows(&rows, &gated(apply, m, &mo));
+            let v = v0.scatter_rows(&rows, &gated(apply, v, &vo));
+            a.moments.insert(slot.name.clone(), (m, v));
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Vec<(String, &mut Tensor)> {
+        self.adam.state()
+    }
+    fn lr(&self) -> f64 {
+        self.adam.lr
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.adam.lr = lr;
+    }
+    fn steps(&self) -> u64 {
+        self.adam.steps
+    }
+    fn set_steps(&mut self, steps: u64) {
+        self.adam.steps = steps;
+    }
+}
+
+/// Adagrad (PyTorch's defaults: eps 1e-10, no learning-rate decay, accumulators from
+/// 0): `sum += g²`, `p -= lr · g / (sqrt(sum) + eps)`; for a sparse gradient, on its
+/// rows only.
+#[derive(Clone, Debug)]
+pub struct Adagrad {
+    pub lr: f64,
+    pub eps: f64,
+    sums: HashMap<String, Tensor>,
+    steps: u64,
+}
+
+impl Adagrad {
+    pub fn new(lr: f64) -> Adagrad {
+        Adagrad { lr, eps: 1e-10, sums: HashMap::new(), steps: 0 }
+    }
+}
+
+impl Optimizer for Adagrad {
+    fn update(&mut self, slots: &mut [Slot], grads: &Gradients, apply: Option<&Tensor>) -> Result<()> {
+        for s in slots.iter_mut().filter(|s| s.trainable) {
+            let Some(g) = grads.get(s.tensor) else { continue };
+            let p = s.tensor.clone();
+            let s0 = self.sums.get(&s.name).cloned().unwrap_or_else(|| p.zeros_like());
+            let sum = s0.add(&g.square());
+            let np = p.sub(&g.div(&sum.sqrt().add_scalar(self.eps)).mul_scalar(self.lr));
+            *s.tensor = gated(apply, np, &p);
+            self.sums.insert(s.name.clone(), gated(apply, sum, &s0));
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn update_sparse(&mut self, slots: &mut [Slot], grads: &[SparseGrad], apply: Option<&Tensor>) -> Result<()> {
+        for g in grads {
+            let (slot, rows) = target(slots, g)?;
+            let p = slot.tensor.clone();
+            let s0 = self.sums.get(&slot.name).cloned().unwrap_or_else(|| p.zeros_like());
+            let (po, so) = (p.index_select(0, &rows), s0.index_select(0, &rows));
+            let sum = so.add(&g.values.square());
+            let pn = po.sub(&g.values.div(&sum.sqrt().add_scalar(self.eps)).mul_scalar(self.lr));
+            *slot.tensor = p.scatter_rows(&rows, &gated(apply, pn, &po));
+            self.sums.insert(slot.name.clone(), s0.scatter_rows(&rows, &gated(apply, sum, &so)));
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v: Vec<_> = self.sums.iter_mut().map(|(k, t)| (format!("{k}.sum"), t)).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+    fn steps(&self) -> u64 {
+        self.steps
+    }
+    fn set_steps(&mut self, steps: u64) {
+        self.steps = steps;
+    }
+}

@@ -1,0 +1,69 @@
+//! Segment reductions, row writes and top-k.
+
+use crate::graph::ReduceOp;
+
+/// `Op::SegmentReduce` over `values` (`[N, D]`) by `offsets` (`[S + 1]`).
+pub fn segment_reduce(op: ReduceOp, values: &[f64], offsets: &[f64], d: usize) -> Vec<f64> {
+    let n = if d == 0 { 0 } else { values.len() / d };
+    let s = offsets.len().saturating_sub(1);
+    let mut out = vec![0.0; s * d];
+    for seg in 0..s {
+        let start = (offsets[seg].max(0.0) as usize).min(n);
+        let end = (offsets[seg + 1].max(0.0) as usize).clamp(start, n);
+        for c in 0..d {
+            let col = (start..end).map(|k| (k, values[k * d + c]));
+            out[seg * d + c] = match op {
+                ReduceOp::Sum => col.map(|(_, v)| v).sum(),
+                ReduceOp::Max | ReduceOp::ArgMax => {
+                    let mut best: Option<(usize, f64)> = None;
+                    for (k, v) in col {
+                        // The first maximum; NaN counts as the maximum.
+                        if best.is_none_or(|(_, b)| !b.is_nan() && (v > b || v.is_nan())) {
+                            best = Some((k, v));
+                        }
+                    }
+                    match (op, best) {
+                        (ReduceOp::Max, Some((_, v))) => v,
+                        (ReduceOp::ArgMax, Some((k, _))) => k as f64,
+                        (ReduceOp::ArgMax, None) => -1.0,
+                        _ => 0.0,
+                    }
+                }
+                _ => unreachable!("segment_reduce checks its op"),
+            };
+        }
+    }
+    out
+}
+
+/// `Op::ScatterRows`: `x` (`[R, D]`) with rows `rows[u]` replaced by `src[u]`.
+pub fn scatter_rows(x: &[f64], rows: &[f64], src: &[f64], d: usize) -> Vec<f64> {
+    let mut out = x.to_vec();
+    let r = if d == 0 { 0 } else { x.len() / d };
+    for (u, &row) in rows.iter().enumerate() {
+        if row >= 0.0 && (row as usize) < r {
+            let row = row as usize;
+            out[row * d..(row + 1) * d].copy_from_slice(&src[u * d..(u + 1) * d]);
+        }
+    }
+    out
+}
+
+/// `Op::TopK`: indices of the `k` largest of each row of `n`, largest first, ties to
+/// the lower index, NaN the largest.
+pub fn topk(x: &[f64], n: usize, k: usize) -> Vec<f64> {
+    let rows = if n == 0 { 0 } else { x.len() / n };
+    let mut out = Vec::with_capacity(rows * k);
+    for r in 0..rows {
+        let row = &x[r * n..(r + 1) * n];
+        let mut idx: Vec<usize> = (0..n).collect();
+        let key = |v: f64| if v.is_nan() { f64::INFINITY } else { v };
+        // Stable: equal values keep index order. NaN sorts before +inf.
+        idx.sort_by(|&a, &b| {
+            let (va, vb) = (row[a], row[b]);
+            vb.is_nan().cmp(&va.is_nan()).then(key(vb).partial_cmp(&key(va)).unwrap_or(std::cmp::Ordering::Equal))
+        });
+        out.extend(idx[..k].iter().map(|&i| i as f64));
+    }
+    out
+}

@@ -1,0 +1,377 @@
+//! Recommendation building blocks against the reference on every device: segment
+//! reductions, in-place row writes, top-k, embedding bags (forward, gradients by finite
+//! differences, heavy index collisions, hostile bags), sparse gradients and the sparse
+//! optimisers (lazy SparseAdam, Adagrad equal to its dense form, clipping, one submit
+//! and no copy of the table per step).
+
+mod common;
+
+use common::{assert_close, check, data, devices, label, Tol};
+use tessera::graph::ReduceOp;
+use tessera::nn::{BagMode, Bags, Embedding, EmbeddingBag, Module};
+use tessera::ops::segment::GatherPlan;
+use tessera::optim::{Adagrad, Adam, Optimizer, SparseAdam, StepOptions};
+use tessera::{DType, Device, Tensor};
+
+fn i32s(v: &[i32], dev: &Device) -> Tensor {
+    Tensor::from_slice(v, [v.len()], dev)
+}
+
+/// Offsets with empty segments at the start, middle and end, over `n` rows.
+fn offsets_for(n: usize) -> (Vec<i32>, Vec<i32>) {
+    let cuts = [0, 0, 3, 3, 4, n as i32 / 2, n as i32 - 1, n as i32, n as i32];
+    let mut ids = Vec::new();
+    for s in 0..cuts.len() - 1 {
+        for _ in cuts[s]..cuts[s + 1] {
+            ids.push(s as i32);
+        }
+    }
+    (cuts.to_vec(), ids)
+}
+
+#[test]
+fn segment_reductions_match_the_reference() {
+    for (n, d) in [(37usize, 5usize), (9, 1), (130, 16)] {
+        let (off, seg) = offsets_for(n);
+        check(&format!("segment sum/max/argmax {n}x{d}"), |dev| {
+            let v = common::rand_t(&[n, d], 3, -2.0, 2.0, dev);
+            let (o, s) = (i32s(&off, dev), i32s(&seg, dev));
+            vec![
+                v.segment_reduce(&o, &s, ReduceOp::Sum),
+                v.segment_reduce(&o, &s, ReduceOp::Max),
+                v.segment_reduce(&o, &s, ReduceOp::ArgMax),
+            ]
+        });
+    }
+    // The values fused: a gather of table rows with heavy collisions, times weights.
+    check("segment sum over a fused gather", |dev| {
+        let table = common::rand_t(&[11, 7], 5, -1.0, 1.0, dev);
+        let ids: Vec<i32> = (0..64).map(|k| if k % 3 == 0 { 4 } else { (k * 7 % 11) as i32 }).collect();
+        let w = common::rand_t(&[64, 1], 6, 0.0, 2.0, dev);
+        let (off, seg) = offsets_for(64);
+        let v = table.index_select(0, &i32s(&ids, dev)).mul(&w);
+        vec![v.segment_reduce(&i32s(&off, dev), &i32s(&seg, dev), ReduceOp::Sum)]
+    });
+}
+
+#[test]
+fn scatter_rows_writes_the_rows_in_place() {
+    check("scatter_rows into a realised and a lazy table", |dev| {
+        let table = common::rand_t(&[23, 6], 9, -1.0, 1.0, dev);
+        let rows = i32s(&[22, 0, 7, 30, 5], dev); // 30 is out of range: skipped
+        let src = common::rand_t(&[5, 6], 10, 5.0, 6.0, dev);
+        let fresh = Tensor::zeros([23, 6], DType::F32, dev).add_scalar(0.5);
+        vec![table.scatter_rows(&rows, &src.mul_scalar(2.0)), fresh.scatter_rows(&rows, &src)]
+    });
+    for dev in private_devices() {
+        // The same buffer: the table shows the rows too, and nothing was allocated for it.
+        let table = common::rand_t(&[1000, 8], 1, -1.0, 1.0, &dev);
+        table.realize_blocking().unwrap();
+        dev.reset_peak_bytes();
+        let before = dev.stats();
+        let out = table.clone().scatter_rows(&i32s(&[3], &dev), &Tensor::ones([1, 8], DType::F32, &dev));
+        out.realize_blocking().unwrap();
+        let after = dev.stats();
+        assert!(
+            after.peak_bytes.saturating_sub(before.bytes_in_use) < 1000 * 8 * 4,
+            "{}: scatter_rows copied the table ({before} -> {after})",
+            label(&dev)
+        );
+        assert_eq!(out.to_vec_blocking::<f32>().unwrap()[3 * 8..4 * 8], [1.0; 8], "{}", label(&dev));
+        common::record(&dev);
+    }
+}
+
+#[test]
+fn topk_matches_the_reference() {
+    for (rows, n, k) in [(5usize, 37usize, 10usize), (3, 10, 10), (70, 1682, 10), (2, 200, 64), (4, 9, 1)] {
+        check(&format!("topk {rows}x{n} k={k}"), |dev| {
+            // Few distinct values, so ties are common; the input fused (scores minus a mask).
+            let v: Vec<f32> = data(rows * n, 4, 0.0, 8.0).iter().map(|x| x.floor()).collect();
+            let x = Tensor::from_slice(&v, [rows, n], dev);
+            let mask = Tensor::from_slice(&data(rows * n, 8, 0.0, 1.0), [rows, n], dev).gt_scalar(0.9);
+            let scored = Tensor::where_(&mask, &x.full_like(-1e30), &x);
+            let (values, idx) = scored.topk(k);
+            vec![values, idx]
+        });
+    }
+    let dev = Device::cpu();
+    let x = Tensor::from_slice(&[1.0f32, 3.0, 2.0], [3], &dev);
+    assert!(x.topk(0).1.check().is_err() && x.topk(4).1.check().is_err() && x.topk(65).1.check().is_err());
+}
+
+/// Bags with duplicates inside and across bags, an empty bag, and one id everywhere.
+fn bags(weights: bool) -> Bags {
+    let ids = [3i64, 3, 0, 9, 3, 12, 12, 12, 5, 3, 0, 1];
+    let offsets = [0i64, 3, 3, 6, 7, 11];
+    let w: Vec<f32> = data(ids.len(), 2, 0.5, 1.5);
+    Bags::from_offsets(&ids, &offsets, weights.then_some(w.as_slice())).unwrap()
+}
+
+/// A host computation of a bag's rows, for comparison.
+fn host_bag(table: &[f32], d: usize, bags: &[(Vec<usize>, Vec<f32>)], mode: BagMode) -> Vec<f64> {
+    let mut out = Vec::new();
+    for (ids, w) in bags {
+        for c in 0..d {
+            let vals: Vec<f64> = ids.iter().zip(w).map(|(&i, &w)| (table[i * d + c] * w) as f64).collect();
+            out.push(match mode {
+                _ if vals.is_empty() => 0.0,
+                BagMode::Sum => vals.iter().sum(),
+                BagMode::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
+                BagMode::Max => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn embedding_bag_modes_match_a_host_computation_on_every_device() {
+    let ids = [3usize, 3, 0, 9, 3, 12, 12, 12, 5, 3, 0, 1];
+    let cuts = [0usize, 3, 3, 6, 7, 11, 12];
+    let w = data(ids.len(), 2, 0.5, 1.5);
+    for dev in devices() {
+        for (mode, weighted) in
+            [(BagMode::Sum, false), (BagMode::Sum, true), (BagMode::Mean, false), (BagMode::Max, false)]
+        {
+            let bag = EmbeddingBag::new(13, 5, mode, false, 7, &dev);
+            let table = bag.weight.to_vec_blocking::<f32>().unwrap();
+            let host: Vec<(Vec<usize>, Vec<f32>)> = (0..6)
+                .map(|b| {
+                    let r = cuts[b]..cuts[b + 1];
+                    (ids[r.clone()].to_vec(), if weighted { w[r].to_vec() } else { vec![1.0; cuts[b + 1] - cuts[b]] })
+                })
+                .collect();
+            let got = bag.forward(&bags(weighted)).to_f64_vec_blocking().unwrap();
+            assert_close(
+                &format!("{mode:?} on {}", label(&dev)),
+                &got,
+                &host_bag(&table, 5, &host, mode),
+                Tol { atol: 1e-5, rtol: 1e-5 },
+            );
+            common::record(&dev);
+        }
+    }
+}
+
+/// Central differences on the exact reference, then every device against the
+/// reference's gradient: the table's gradient through a bag (sum with weights, mean,
+/// max) is a sorted segment sum, duplicates included.
+#[test]
+fn embedding_bag_forward_is_one_kernel() {
+    let Some(dev) = common::private_gpu(Default::default()) else { return };
+    for mode in [BagMode::Sum, BagMode::Mean, BagMode::Max] {
+        for sparse in [false, true] {
+            let bag = EmbeddingBag::new(13, 5, mode, sparse, 7, &dev);
+            bag.weight.realize_blocking().unwrap();
+            let out = bag.forward(&bags(false));
+            let before = dev.stats().kernels_dispatched;
+            out.realize_blocking().unwrap();
+            assert_eq!(dev.stats().kernels_dispatched - before, 1, "{mode:?} sparse {sparse}: one kernel");
+        }
+    }
+}
+
+#[test]
+fn embedding_bag_gradients_match_finite_differences() {
+    for (mode, weighted) in [(BagMode::Sum, true), (BagMode::Mean, false), (BagMode::Max, false)] {
+        let grad_on = |dev: &Device, table: &[f64]| -> (f64, Vec<f64>) {
+            let mut bag = EmbeddingBag::new(13, 4, mode, false, 1, dev);
+            bag.weight = Tensor::from_f64(table, [13, 4], DType::F32, dev).requires_grad();
+            let out = bag.forward(&bags(weighted));
+            let w = Tensor::from_slice(&data(out.numel(), 99, -1.0, 1.0), out.dims().to_vec(), dev);
+            let loss = out.mul(&w).sum_all();
+            let g = loss.backward().unwrap().get(&bag.weight).cloned().unwrap();
+            let v = tessera::read_all_blocking(&[loss, g]).unwrap();
+            (v[0][0], v[1].clone())
+        };
+        let exact = Device::reference_exact();
+        let table: Vec<f64> = data(52, 3, -1.0, 1.0).into_iter().map(f64::from).collect();
+        let (_, analytic) = grad_on(&exact, &table);
+        for j in 0..table.len() {
+            let at = |delta: f64| {
+                let mut t = table.clone();
+                t[j] += delta;
+                grad_on(&exact, &t).0
+            };
+            let fd = (at(1e-6) - at(-1e-6)) / 2e-6;
+            assert!((analytic[j] - fd).abs() <= 1e-6 + 1e-5 * fd.abs(), "{mode:?} d/dw[{j}]: {} vs {fd}", analytic[j]);
+        }
+        let want = grad_on(&Device::reference(), &table).1;
+        for dev in devices() {
+            let got = grad_on(&dev, &table).1;
+            assert_close(&format!("{mode:?} gradient on {}", label(&dev)), &got, &want, Tol { atol: 1e-5, rtol: 1e-5 });
+            common::record(&dev);
+        }
+    }
+}
+
+#[test]
+fn hostile_bags_give_clear_errors() {
+    let dev = Device::cpu();
+    let err = |r: tessera::Result<Bags>| r.unwrap_err().to_string();
+    assert!(err(Bags::from_offsets(&[1, 2], &[0, -1], None)).contains("negative"));
+    assert!(err(Bags::from_offsets(&[1, 2], &[1], None)).contains("first offset"));
+    assert!(err(Bags::from_offsets(&[1, 2], &[0, 2, 1], None)).contains("non-decreasing"));
+    assert!(err(Bags::from_offsets(&[1, 2], &[0, 3], None)).contains("non-decreasing"));
+    assert!(err(Bags::from_offsets(&[1, -2], &[0], None)).contains("negative"));
+    assert!(err(Bags::from_offsets(&[1, 2], &[0], Some(&[1.0]))).contains("per-sample weights"));
+    assert!(err(Bags::from_offsets(&[1, 2], &[0], Some(&[1.0, f32::NAN]))).contains("not finite"));
+    assert!(err(Bags::padded(&[1, 2, 3], 2, &[true; 3], None)).contains("width"));
+    assert!(err(Bags::padded(&[1, 2], 2, &[true], None)).contains("mask"));
+    for sparse in [false, true] {
+        let bag = EmbeddingBag::new(10, 3, BagMode::Sum, sparse, 1, &dev);
+        let e = bag.forward(&Bags::from_offsets(&[1, 10], &[0], None).unwrap()).check().unwrap_err().to_string();
+        assert!(e.contains("out of range") && e.contains("10"), "{e}");
+        let mean = EmbeddingBag::new(10, 3, BagMode::Mean, sparse, 1, &dev);
+        let e = mean.forward(&bags_small(true)).check().unwrap_err().to_string();
+        assert!(e.contains("mode Sum"), "{e}");
+    }
+    // Empty bags are zeros, in every mode.
+    for mode in [BagMode::Sum, BagMode::Mean, BagMode::Max] {
+        let bag = EmbeddingBag::new(10, 3, mode, false, 1, &dev);
+        let out = bag.forward(&Bags::from_offsets(&[], &[0, 0], None).unwrap()).to_vec_blocking::<f32>().unwrap();
+        assert_eq!(out, vec![0.0; 6]);
+    }
+    assert!(GatherPlan::new(&[0, 5], 5, &dev).unwrap_err().to_string().contains("out of range"));
+}
+
+fn bags_small(weights: bool) -> Bags {
+    Bags::from_offsets(&[1, 2, 3], &[0, 1], weights.then_some(&[1.0f32, 2.0, 3.0][..])).unwrap()
+}
+
+/// A model with one sparse table and one dense layer.
+#[derive(tessera::nn::Module)]
+struct TinyRec {
+    emb: Embedding,
+    bag: EmbeddingBag,
+    out: tessera::nn::Linear,
+}
+
+impl TinyRec {
+    fn new(rows: usize, sparse: bool, dev: &Device) -> TinyRec {
+        let emb = Embedding::new(rows, 4, 3, dev);
+        TinyRec {
+            emb: if sparse { emb.sparse() } else { emb },
+            bag: EmbeddingBag::new(rows, 4, BagMode::Sum, sparse, 4, dev),
+            out: tessera::nn::Linear::new(4, 1, true, 5, dev),
+        }
+    }
+
+    /// The table is read twice (two lookups of `emb` and one bag), so the gradients of
+    /// its lookups are merged.
+    fn loss(&self, users: &[u32], items: &[u32], bags: &Bags) -> Tensor {
+        let u = self.emb.lookup(users, &[users.len()]);
+        let i = self.emb.lookup(items, &[items.len()]);
+        let b = self.bag.forward(bags);
+        self.out.forward(&u.mul(&i).add(&b)).square().mean_all()
+    }
+}
+
+fn batch(k: u64, rows: usize) -> (Vec<u32>, Vec<u32>, Bags) {
+    let r = |s: u64| data(6, s, 0.0, rows as f64 - 0.01).iter().map(|&x| x as u32).collect::<Vec<u32>>();
+    let users = r(k);
+    let mut items = r(k + 100);
+    items[0] = users[0]; // a row both lookups touch
+    let ids: Vec<i64> = r(k + 200).iter().chain(&r(k + 300)).map(|&x| i64::from(x)).collect();
+    (users, items, Bags::from_offsets(&ids, &[0, 2, 2, 5, 7, 9], None).unwrap())
+}
+
+fn table_values(m: &mut TinyRec) -> Vec<Vec<f64>> {
+    let ts: Vec<Tensor> = m.parameters();
+    tessera::read_all_blocking(&ts).unwrap()
+}
+
+#[test]
+fn sparse_adagrad_equals_dense_adagrad_with_clipping() {
+    // Adagrad leaves rows with a zero gradient as they are, so sparse and dense agree.
+    for dev in private_devices() {
+        let mut dense = TinyRec::new(40, false, &dev);
+        let mut sparse = TinyRec::new(40, true, &dev);
+        let (mut od, mut os) = (Adagrad::new(0.1), Adagrad::new(0.1));
+        for k in 0..4 {
+            let (u, i, b) = batch(k, 40);
+            let opts = || StepOptions { clip_norm: Some(0.5), ..Default::default() };
+            let loss = dense.loss(&u, &i, &b);
+            let ld = od.step_with(&mut dense, &loss, opts()).unwrap().loss.unwrap();
+            let before = dev.stats().submits;
+            let loss = sparse.loss(&u, &i, &b);
+            let ls = os.step_with(&mut sparse, &loss, opts()).unwrap().loss.unwrap();
+            assert_eq!(dev.stats().submits - before, u64::from(!dev.is_cpu()), "one submit per sparse step");
+            assert!((ld - ls).abs() <= 1e-5 * ld.abs().max(1.0), "{}: step {k} loss {ld} vs {ls}", label(&dev));
+        }
+        for (d, s) in table_values(&mut dense).iter().zip(table_values(&mut sparse)) {
+            assert_close(&format!("sparse Adagrad on {}", label(&dev)), &s, d, Tol { atol: 1e-5, rtol: 1e-5 });
+        }
+        common::record(&dev);
+    }
+}
+
+#[test]
+fn sparse_adam_is_lazy_and_dense_adam_refuses_sparse_gradients() {
+    for dev in devices() {
+        let mut m = TinyRec::new(30, true, &dev);
+        let w0 = m.emb.weight.to_vec_blocking::<f32>().unwrap();
+        let mut opt = SparseAdam::new(0.05);
+        let (u, i, b) = batch(1, 30);
+        let loss = m.loss(&u, &i, &b);
+        opt.step(&mut m, &loss).unwrap();
+        let w1 = m.emb.weight.to_vec_blocking::<f32>().unwrap();
+        let touched: std::collections::BTreeSet<u32> = u.iter().chain(&i).copied().collect();
+        for r in 0..30u32 {
+            let (a, b) = (&w0[r as usize * 4..][..4], &w1[r as usize * 4..][..4]);
+            if touched.contains(&r) {
+                // The first Adam step moves every coordinate with a gradient by about lr.
+                assert!(a.iter().zip(b).any(|(x, y)| (x - y).abs() > 0.04), "{}: row {r} did not move", label(&dev));
+            } else {
+                assert_eq!(a, b, "{}: untouched row {r} moved", label(&dev));
+            }
+        }
+        // Moments of untouched rows stay zero (lazy), of touched rows not.
+        let state: Vec<(String, Tensor)> = opt.state().into_iter().map(|(n, t)| (n, t.clone())).collect();
+        let m1 = state.iter().find(|(n, _)| n == "emb.weight.exp_avg").unwrap().1.to_vec_blocking::<f32>().unwrap();
+        for r in 0..30u32 {
+            let nonzero = m1[r as usize * 4..][..4].iter().any(|&x| x != 0.0);
+            assert_eq!(nonzero, touched.contains(&r), "{}: moment of row {r}", label(&dev));
+        }
+        let mut adam = Adam::new(0.05);
+        let loss = m.loss(&u, &i, &b);
+        let e = adam.step(&mut m, &loss).unwrap_err().to_string();
+        assert!(e.contains("emb.weight") && e.contains("SparseAdam"), "{e}");
+        common::record(&dev);
+    }
+}
+
+/// Devices of their own (the CPU backend and the first GPU adapter), so their counters
+/// see only the calling test.
+fn private_devices() -> Vec<Device> {
+    std::iter::once(Device::cpu()).chain(common::private_gpu(Default::default())).collect()
+}
+
+#[test]
+fn sparse_steps_never_copy_the_table() {
+    for dev in private_devices() {
+        let rows = 200_000;
+        let mut m = TinyRec::new(rows, true, &dev);
+        let mut opt = SparseAdam::new(0.01);
+        for k in 0..3 {
+            let (u, i, b) = batch(k, rows);
+            dev.reset_peak_bytes();
+            let before = dev.stats();
+            let table_bytes = (rows * 4 * 4) as u64;
+            let loss = m.loss(&u, &i, &b);
+            opt.step(&mut m, &loss).unwrap();
+            let after = dev.stats();
+            // The first step creates the two moment tables of each sparse table.
+            if k > 0 {
+                let extra = after.peak_bytes.saturating_sub(before.bytes_in_use);
+                assert!(
+                    extra < table_bytes,
+                    "{}: step {k} held {extra} more bytes (a table is {table_bytes})",
+                    label(&dev)
+                );
+            }
+        }
+        common::record(&dev);
+    }
+}
