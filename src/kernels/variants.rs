@@ -209,6 +209,16 @@ pub fn covering_graphs() -> Vec<Tensor> {
     }
     // The GEMV kernel with an f32 weight (GPU adapters; quantised ones above).
     out.push(Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()));
+    // Segment reductions over a fused gather, an in-place row write, top-k.
+    let ids = Tensor::from_slice(&[0i32, 2, 2, 1], [4], &d);
+    let offsets = Tensor::from_slice(&[0i32, 1, 4], [3], &d);
+    let seg = Tensor::from_slice(&[0i32, 1, 1, 1], [4], &d);
+    let values = Tensor::rand([3, 5], 15, &d).index_select(0, &ids) * 2.0;
+    for op in [crate::graph::ReduceOp::Sum, crate::graph::ReduceOp::Max, crate::graph::ReduceOp::ArgMax] {
+        out.push(values.segment_reduce(&offsets, &seg, op));
+    }
+    out.push(Tensor::rand([6, 5], 16, &d).scatter_rows(&ids.narrow(0, 0, 2), &Tensor::rand([2, 5], 17, &d)));
+    out.push(Tensor::rand([3, 40], 18, &d).exp().topk(10).1);
     out
 }
 
