@@ -400,6 +400,11 @@ struct Evaluator<'a> {
 }
 
 /// Visit the coordinates (over `dims`) of every index of `idx`: `f(position, coords)`.
+/// Elements of one block after `axis` (the product of the later dimensions).
+fn inner_len(dims: &[usize], axis: usize) -> usize {
+    dims[axis + 1..].iter().product()
+}
+
 fn each_coord(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
     let r = dims.len();
     let mut c = vec![0usize; r];
@@ -703,6 +708,32 @@ impl<'a> Evaluator<'a> {
                     return Err(out_of_range("gather", v, *axis, xd[*axis], loc));
                 }
                 self.eval_at(ins[0], Idx::List(src))?
+            }
+            Kind::IndexSelect { axis, loc } if matches!(at.idx, Idx::Range(..)) && inner_len(&node.dims, *axis) > 1 => {
+                // Rows of a table (or any block after the axis): one index load and one
+                // stretch of the input per block, copied by the load.
+                let Idx::Range(start, n) = at.idx else { unreachable!("matched a range") };
+                let xd = &prog.nodes[ins[0]].dims;
+                let inner = inner_len(&node.dims, *axis);
+                let (na, xa) = (node.dims[*axis], xd[*axis]);
+                let mut blocks = Vec::new();
+                let mut p = start;
+                while p < start + n {
+                    let end = ((p / inner + 1) * inner).min(start + n);
+                    blocks.push((p, end - p));
+                    p = end;
+                }
+                let which: Vec<usize> = blocks.iter().map(|&(p, _)| (p / inner) % na).collect();
+                let index = self.eval_at(ins[1], Idx::List(which))?.to_i64();
+                if let Some(&v) = index.iter().find(|&&v| v < 0 || v as usize >= xa) {
+                    return Err(out_of_range("index_select", v, *axis, xa, loc));
+                }
+                let runs = blocks
+                    .iter()
+                    .zip(&index)
+                    .map(|(&(p, len), &i)| ((p / inner / na * xa + i as usize) * inner + p % inner, len))
+                    .collect();
+                self.eval_at(ins[0], Idx::Runs(runs))?
             }
             Kind::IndexSelect { axis, loc } => {
                 let xd = &prog.nodes[ins[0]].dims;
