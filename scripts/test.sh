@@ -11,6 +11,7 @@ bash scripts/setup.sh
 bash scripts/setup_python.sh
 bash scripts/fetch_minilm.sh
 bash scripts/fetch_mnist.sh
+bash scripts/fetch_movielens.sh
 bash scripts/gen_onnx_node_tests.sh
 bash scripts/fetch_onnx_models.sh
 bash scripts/make_minilm_onnx.sh
@@ -62,6 +63,16 @@ cargo run --release --example compress -- --quick --out "$ci_out/compress"
 cargo run --release --example compress -- --check --out "$ci_out/compress"
 cargo run --release --example explain -- --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
 test -s "$ci_out/explain/explain-8001.png"
+# Recommendation on MovieLens-100K, short: every model trains, ranks, checkpoints and
+# serves one user's top 10 in one realisation; then sparse steps on a 1M-row table.
+cargo run --release --example recsys -- --quick --quiet --out "$ci_out/recsys" | tee "$ci_out/recsys.log"
+grep '^RESULT ' "$ci_out/recsys.log" | sed 's/^RESULT //' | .venv/bin/python -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["recommend_realizations"] == 1, r
+assert 0 < r["deepfm_test_rmse"] < 2 and r["bpr_mf_recall10"] > 0 and r["two_tower_recall10"] > 0, r'
+test -s "$ci_out/recsys/deepfm.ckpt" && test -s "$ci_out/recsys/bpr_mf.ckpt" && test -s "$ci_out/recsys/two_tower.ckpt"
+cargo run --release --example recsys -- --bench-sparse --bench-rows 10000,1000000
 
 section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve

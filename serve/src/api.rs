@@ -447,6 +447,22 @@ async fn predict(State(app): State<App>, Path(name): Path<String>, req: Request)
     }
     let mut inputs = Vec::with_capacity(list.len());
     for (i, x) in list.iter().enumerate() {
+        // A recommender's request: {"user": id, "k": n} (k defaults to 10).
+        if let Some(o) = x.as_object().filter(|o| o.contains_key("user")) {
+            let int = |key: &str, default: Option<u64>| -> Result<u64, ApiError> {
+                match o.get(key) {
+                    None => default.ok_or_else(|| ApiError::bad(format!("'inputs'[{i}]: no '{key}'"))),
+                    Some(v) => v.as_u64().ok_or_else(|| {
+                        ApiError::bad(format!("'inputs'[{i}].{key}: expected a non-negative integer, got {v}"))
+                    }),
+                }
+            };
+            let user = u32::try_from(int("user", None)?)
+                .map_err(|_| ApiError::bad(format!("'inputs'[{i}].user is out of range")))?;
+            let k = int("k", Some(10))?.min(u64::from(u32::MAX)) as usize;
+            inputs.push(Input::User { user, k });
+            continue;
+        }
         let mut px = Vec::with_capacity(PIXELS);
         numbers(x, &mut px).map_err(|e| ApiError::bad(format!("'inputs'[{i}]: {e}")))?;
         if px.len() != PIXELS {
@@ -464,6 +480,7 @@ async fn predict(State(app): State<App>, Path(name): Path<String>, req: Request)
         .iter()
         .map(|o| match o.as_ref() {
             Output::Classes(p) => json!({ "label": argmax(p), "probabilities": p }),
+            Output::Items { items, scores } => json!({ "items": items, "scores": scores }),
             Output::Embedding(_) => json!(null),
         })
         .collect();

@@ -111,6 +111,7 @@ fn answer(line: usize, r: Result<Output, String>) -> Value {
     match r {
         Ok(Output::Embedding(e)) => json!({ "line": line, "embedding": e }),
         Ok(Output::Classes(p)) => json!({ "line": line, "label": argmax(&p), "probabilities": p }),
+        Ok(Output::Items { items, scores }) => json!({ "line": line, "items": items, "scores": scores }),
         Err(e) => json!({ "line": line, "error": e }),
     }
 }

@@ -5,7 +5,9 @@
 
 use crate::repo::{Manifest, ModelKind, Task};
 use std::path::Path;
+use tessera::io::movielens::MovieLens;
 use tessera::models::bert::{self, SentenceEmbedder, TextTokenizer};
+use tessera::models::recsys::TwoTower;
 use tessera::nn::{Layer, Sequential};
 use tessera::onnx::{LoadOptions, OnnxModel};
 use tessera::{DType, Device, Error, Result, Tensor};
@@ -19,6 +21,12 @@ pub enum Input {
     Text(String),
     /// 784 grey levels in [0, 1].
     Pixels(Vec<f32>),
+    /// A recommendation request: the `k` best items for `user`, items the user rated
+    /// excluded.
+    User {
+        user: u32,
+        k: usize,
+    },
 }
 
 impl Input {
@@ -27,6 +35,7 @@ impl Input {
         match self {
             Input::Text(s) => [b"t".as_slice(), s.as_bytes()].concat(),
             Input::Pixels(p) => std::iter::once(b'p').chain(p.iter().flat_map(|v| v.to_le_bytes())).collect(),
+            Input::User { user, k } => [b"u".as_slice(), &user.to_le_bytes(), &(*k as u64).to_le_bytes()].concat(),
         }
     }
 }
@@ -38,6 +47,8 @@ pub enum Output {
     Embedding(Vec<f32>),
     /// Class probabilities.
     Classes(Vec<f32>),
+    /// Recommended items, best first, and their scores.
+    Items { items: Vec<u32>, scores: Vec<f32> },
 }
 
 impl Output {
@@ -45,6 +56,7 @@ impl Output {
     pub fn bytes(&self) -> u32 {
         let n = match self {
             Output::Embedding(v) | Output::Classes(v) => v.len(),
+            Output::Items { items, .. } => 2 * items.len(),
         };
         (n * 4 + 64) as u32
     }
@@ -60,10 +72,32 @@ pub struct Prepared {
 /// A loaded model on a device.
 pub enum Runner {
     Bert(SentenceEmbedder),
-    Classifier { model: Sequential, arch: String, dev: Device },
-    OnnxEmbedder { model: OnnxModel, tokenizer: TextTokenizer },
-    OnnxClassifier { model: OnnxModel, input: String, shape: Vec<usize> },
+    Classifier {
+        model: Sequential,
+        arch: String,
+        dev: Device,
+    },
+    OnnxEmbedder {
+        model: OnnxModel,
+        tokenizer: TextTokenizer,
+    },
+    OnnxClassifier {
+        model: OnnxModel,
+        input: String,
+        shape: Vec<usize>,
+    },
+    /// A two-tower recommender: the item table computed once at load, and each user's
+    /// rated items (excluded from their recommendations).
+    TwoTower {
+        model: TwoTower,
+        data: MovieLens,
+        items: Tensor,
+        seen: Vec<Vec<u32>>,
+    },
 }
+
+/// Most items one recommendation request may ask for (top-k's limit).
+pub const MAX_K: usize = 64;
 
 impl Runner {
     /// Load the model a manifest describes from `dir` onto `dev` (blocking).
@@ -92,6 +126,19 @@ impl Runner {
                     )));
                 }
                 Ok(Runner::Classifier { model, arch: architecture.clone(), dev: dev.clone() })
+            }
+            ModelKind::TwoTower { dim } => {
+                if m.dtype != DType::F32 {
+                    return Err(Error::Unsupported(format!("two-tower dtype {}: served in f32", m.dtype)));
+                }
+                let data = MovieLens::load(&file("ml-100k.bin")?)?;
+                let mut model = TwoTower::new(&data, *dim, 0, dev);
+                let mut opt = tessera::optim::SparseAdam::new(1e-3);
+                tessera::io::checkpoint::load(file("model.ckpt")?, &mut model, &mut opt, dev)?;
+                let items = model.item_table(&data)?;
+                let all: Vec<usize> = (0..data.len()).collect();
+                let seen = tessera::models::recsys::items_by_user(&data, &all);
+                Ok(Runner::TwoTower { model, data, items, seen })
             }
             ModelKind::Onnx { task } => {
                 let weights = (m.dtype != DType::F32).then_some(m.dtype);
@@ -137,6 +184,18 @@ impl Runner {
             (Runner::Bert(emb), Input::Text(s)) => Some(tokenize(&emb.tokenizer, s)?),
             (Runner::OnnxEmbedder { tokenizer, .. }, Input::Text(s)) => Some(tokenize(tokenizer, s)?),
             (Runner::Classifier { .. } | Runner::OnnxClassifier { .. }, Input::Pixels(p)) if p.len() == PIXELS => None,
+            (Runner::TwoTower { data, .. }, Input::User { user, k }) => {
+                if *user as usize >= data.n_users {
+                    return Err(Error::Unsupported(format!(
+                        "user {user}: the model knows users 0 to {}",
+                        data.n_users - 1
+                    )));
+                }
+                if !(1..=MAX_K).contains(k) {
+                    return Err(Error::Unsupported(format!("k = {k}: ask for 1 to {MAX_K} items")));
+                }
+                None
+            }
             _ => return Err(Error::Unsupported("this model does not take that kind of input".into())),
         };
         Ok(Prepared { cost: tokens.as_ref().map_or(1, |t| t.len()), tokens, input })
@@ -186,6 +245,39 @@ impl Runner {
                 let probs = model.forward(&x).softmax(-1);
                 rows(&probs, items.len(), Output::Classes)
             }
+            Runner::TwoTower { model, data, items: table, seen } => {
+                // One realisation: the user tower for the batch, scores against every
+                // item, the user's rated items masked, top-k.
+                let _g = tessera::no_grad();
+                let requests: Vec<(u32, usize)> = items
+                    .iter()
+                    .filter_map(|p| match p.input {
+                        Input::User { user, k } => Some((user, k)),
+                        _ => None,
+                    })
+                    .collect();
+                let users: Vec<u32> = requests.iter().map(|r| r.0).collect();
+                let n_items = table.dims()[0];
+                let mut mask = vec![0f32; users.len() * n_items];
+                for (b, &u) in users.iter().enumerate() {
+                    for &i in &seen[u as usize] {
+                        mask[b * n_items + i as usize] = f32::NEG_INFINITY;
+                    }
+                }
+                let k = requests.iter().map(|r| r.1).max().unwrap_or(1).min(n_items);
+                let mask = Tensor::from_slice(&mask, [users.len(), n_items], table.device());
+                let scores = model.users(data, &users).matmul(&table.t()).add(&mask);
+                let (values, idx) = scores.topk(k);
+                let out = tessera::read_all_blocking(&[values, idx])?;
+                Ok(requests
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &(_, want))| Output::Items {
+                        items: out[1][b * k..b * k + want].iter().map(|&i| i as u32).collect(),
+                        scores: out[0][b * k..b * k + want].iter().map(|&s| s as f32).collect(),
+                    })
+                    .collect())
+            }
             Runner::OnnxClassifier { model, input, shape } => {
                 // The exported model takes one digit: one lazy run per digit, all
                 // realised together.
@@ -200,6 +292,15 @@ impl Runner {
                 let vals = tessera::read_all_blocking(&outs)?;
                 Ok(vals.into_iter().map(|v| Output::Classes(v.into_iter().map(|x| x as f32).collect())).collect())
             }
+        }
+    }
+
+    /// An input to warm the model up with.
+    pub fn warm_input(&self) -> Input {
+        match self {
+            Runner::Bert(_) | Runner::OnnxEmbedder { .. } => Input::Text("warm up".into()),
+            Runner::Classifier { .. } | Runner::OnnxClassifier { .. } => Input::Pixels(vec![0.0; PIXELS]),
+            Runner::TwoTower { .. } => Input::User { user: 0, k: 10 },
         }
     }
 

@@ -10,7 +10,8 @@
 //! Kinds: `bert-embedder` (config.json, model.safetensors, tokenizer.json), `classifier`
 //! with an `architecture` of `models::mnist` (model.ckpt, an `io::checkpoint` file), and
 //! `onnx` with a `task` of `embedding` (model.onnx, tokenizer.json) or `classification`
-//! (model.onnx). Every file's SHA-256 is checked at load.
+//! (model.onnx), and `two-tower` with a `dim` (model.ckpt of `models::recsys::TwoTower`,
+//! ml-100k.bin). Every file's SHA-256 is checked at load.
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -22,8 +23,17 @@ use tessera::{DType, Device, Error, Result};
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelKind {
     BertEmbedder,
-    Classifier { architecture: String },
-    Onnx { task: Task },
+    Classifier {
+        architecture: String,
+    },
+    Onnx {
+        task: Task,
+    },
+    /// `models::recsys::TwoTower` (model.ckpt, `dim` wide) over MovieLens-100K
+    /// (ml-100k.bin, whose features the towers read): the top items for a user.
+    TwoTower {
+        dim: usize,
+    },
 }
 
 /// What an ONNX model is served as.
@@ -53,6 +63,7 @@ impl ModelKind {
             ModelKind::BertEmbedder => "bert-embedder",
             ModelKind::Classifier { .. } => "classifier",
             ModelKind::Onnx { .. } => "onnx",
+            ModelKind::TwoTower { .. } => "two-tower",
         }
     }
 }
@@ -84,7 +95,16 @@ impl Manifest {
                     }
                 },
             },
-            other => return Err(bad(&path, format!("kind {other:?}: use bert-embedder, classifier or onnx"))),
+            Some("two-tower") => {
+                let dim = v.get("dim").map_or(Some(32), |d| d.as_u64().map(|d| d as usize));
+                match dim {
+                    Some(dim @ 1..=1024) => ModelKind::TwoTower { dim },
+                    _ => return Err(bad(&path, "\"dim\" must be a width from 1 to 1024")),
+                }
+            }
+            other => {
+                return Err(bad(&path, format!("kind {other:?}: use bert-embedder, classifier, onnx or two-tower")))
+            }
         };
         let dtype = match s("dtype").unwrap_or("f32") {
             "f32" => DType::F32,
@@ -108,6 +128,7 @@ impl Manifest {
             ModelKind::Classifier { .. } => &["model.ckpt"],
             ModelKind::Onnx { task: Task::Embedding } => &["model.onnx", "tokenizer.json"],
             ModelKind::Onnx { task: Task::Classification } => &["model.onnx"],
+            ModelKind::TwoTower { .. } => &["model.ckpt", "ml-100k.bin"],
         };
         for n in needed {
             if !files.contains_key(*n) {

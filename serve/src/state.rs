@@ -3,7 +3,7 @@
 //! and the quality guard that rolls a canary back on its own. Also the result cache.
 
 use crate::batcher::{BatchConfig, Batcher, DeviceCell};
-use crate::model::{Input, Output, Runner, PIXELS};
+use crate::model::{Input, Output, Runner};
 use crate::repo::{self, Manifest};
 use moka::sync::Cache;
 use serde_json::json;
@@ -207,7 +207,7 @@ impl Registry {
             let (dev, generation) = self.devices.current();
             let runner = Runner::load(&dir, &manifest, &dev)?;
             // Warm up: one item through the model (compiles kernels, checks it runs).
-            let warm = if runner.embeds() { Input::Text("warm up".into()) } else { Input::Pixels(vec![0.0; PIXELS]) };
+            let warm = runner.warm_input();
             let p = runner.prepare(warm)?;
             runner.run(&[p])?;
             let (d2, m2) = (dir.clone(), manifest.clone());
@@ -531,7 +531,8 @@ fn judge(c: &Canary, g: &GuardConfig, embeds: bool) -> Option<String> {
     None
 }
 
-/// How two outputs agree: cosine for embeddings, 1 or 0 for the top class.
+/// How two outputs agree: cosine for embeddings, 1 or 0 for the top class, the overlap
+/// of two top-k lists.
 pub fn agreement(a: &Output, b: &Output) -> f64 {
     match (a, b) {
         (Output::Embedding(x), Output::Embedding(y)) => {
@@ -541,6 +542,10 @@ pub fn agreement(a: &Output, b: &Output) -> f64 {
             dot / (nx * ny).max(1e-12)
         }
         (Output::Classes(x), Output::Classes(y)) => (argmax(x) == argmax(y)) as u8 as f64,
+        // The share of one top-k list in the other.
+        (Output::Items { items: x, .. }, Output::Items { items: y, .. }) => {
+            x.iter().filter(|i| y.contains(i)).count() as f64 / x.len().max(1) as f64
+        }
         _ => 0.0,
     }
 }

@@ -713,3 +713,75 @@ fn onnx_versions_answer_like_the_native_ones() {
         |v: &str| mnist["versions"].as_array().unwrap().iter().find(|x| x["version"] == v).unwrap()["state"].clone();
     assert_eq!((state("1"), state("2")), (json!("unloaded"), json!("ready")), "{mnist}");
 }
+
+/// A `two-tower` version (`models::recsys::TwoTower` trained briefly here, over the
+/// cached MovieLens-100K file) answers top-k requests like the model in process, never
+/// recommends what the user rated, and refuses bad requests with a 400.
+#[test]
+fn a_two_tower_version_recommends_unseen_items() {
+    let ml = data_dir().join("ml-100k.bin");
+    assert!(ml.exists(), "{} is missing: run `bash scripts/fetch_movielens.sh`", ml.display());
+    let data = tessera::io::movielens::MovieLens::load(&ml).expect("movielens");
+    let dev = tessera::Device::cpu();
+    let mut model = tessera::models::recsys::TwoTower::new(&data, 16, 3, &dev);
+    let mut opt = tessera::optim::SparseAdam::new(3e-3);
+    use tessera::optim::Optimizer;
+    for chunk in (0..data.len()).collect::<Vec<_>>().chunks(2048).take(20) {
+        let users: Vec<u32> = chunk.iter().map(|&k| data.users[k]).collect();
+        let items: Vec<u32> = chunk.iter().map(|&k| data.items[k]).collect();
+        let loss = model.loss(&data, &users, &items, None).expect("loss");
+        opt.step(&mut model, &loss).expect("step");
+    }
+    let repo = repo_with(&[]);
+    let v1 = repo.path().join("recs/1");
+    std::fs::create_dir_all(&v1).unwrap();
+    tessera::io::checkpoint::save(v1.join("model.ckpt"), &mut model, &mut opt, &Default::default()).expect("save");
+    let manifest = json!({
+        "kind": "two-tower", "dim": 16, "dtype": "f32",
+        "files": {
+            "model.ckpt": { "sha256": sha256_hex(&v1.join("model.ckpt")) },
+            "ml-100k.bin": { "path": ml, "sha256": sha256_hex(&ml) },
+        }
+    });
+    std::fs::write(v1.join("manifest.json"), manifest.to_string()).unwrap();
+
+    let s = Server::start(repo.path(), &["--device", "cpu"]);
+    let (st, got, _) = s.post("/v1/models/recs/predict", &json!({ "inputs": [{ "user": 0, "k": 10 }, { "user": 5 }] }));
+    assert_eq!(st, 200, "{got}");
+    let all: Vec<usize> = (0..data.len()).collect();
+    let seen = tessera::models::recsys::items_by_user(&data, &all);
+    let table = model.item_table(&data).unwrap();
+    for (i, user) in [0u32, 5].into_iter().enumerate() {
+        let items: Vec<u32> = got["predictions"][i]["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{got}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let scores: Vec<f64> =
+            got["predictions"][i]["scores"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(items.len(), 10, "{got}");
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "scores not in order: {scores:?}");
+        assert!(
+            items.iter().all(|i| seen[user as usize].binary_search(i).is_err()),
+            "user {user} rated one of {items:?}"
+        );
+        let want = model.recommend(&data, &table, user, &seen[user as usize], 10).unwrap();
+        assert_eq!(items, want, "user {user}: the server and the model in process disagree");
+    }
+    for (body, needle) in [
+        (json!({ "inputs": [{ "user": 5000 }] }), "user 5000"),
+        (json!({ "inputs": [{ "user": 1, "k": 0 }] }), "k = 0"),
+        (json!({ "inputs": [{ "user": 1, "k": 65 }] }), "k = 65"),
+        (json!({ "inputs": [{ "user": -1 }] }), "non-negative integer"),
+        (json!({ "inputs": [{ "user": "a" }] }), "non-negative integer"),
+        (json!({ "inputs": [vec![0.0; 784]] }), "does not take"),
+    ] {
+        let (st, v, _) = s.post("/v1/models/recs/predict", &body);
+        let msg = v["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert!(st == 400 && msg.contains(needle), "{body}: {st} {v}");
+    }
+    // The classifier refuses a recommendation request the same way.
+    let (st, v, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [{ "user": 1 }] }));
+    assert_eq!(st, 400, "{v}");
+}
