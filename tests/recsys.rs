@@ -46,7 +46,7 @@ fn segment_reductions_match_the_reference() {
     // The values fused: a gather of table rows with heavy collisions, times weights.
     check("segment sum over a fused gather", |dev| {
         let table = common::rand_t(&[11, 7], 5, -1.0, 1.0, dev);
-        let ids: Vec<i32> = (0..64).map(|k| if k % 3 == 0 { 4 } else { (k * 7 % 11) as i32 }).collect();
+        let ids: Vec<i32> = (0..64).map(|k| if k % 3 == 0 { 4 } else { k * 7 % 11 }).collect();
         let w = common::rand_t(&[64, 1], 6, 0.0, 2.0, dev);
         let (off, seg) = offsets_for(64);
         let v = table.index_select(0, &i32s(&ids, dev)).mul(&w);

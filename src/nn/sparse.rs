@@ -144,7 +144,7 @@ impl Bags {
     /// says which entries count; masked-out ids are not read (any value is fine).
     #[track_caller]
     pub fn padded(ids: &[i64], width: usize, mask: &[bool], weights: Option<&[f32]>) -> Result<Bags> {
-        if width == 0 || ids.len() % width != 0 {
+        if width == 0 || !ids.len().is_multiple_of(width) {
             return Err(bad(format!("{} padded ids do not form rows of width {width}", ids.len())));
         }
         if mask.len() != ids.len() {

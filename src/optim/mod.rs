@@ -530,8 +530,12 @@ pub async fn step_async<O: Optimizer + ?Sized>(
 
 /// Take the model's sparse lookups and put one merged gradient per table into `grads`
 /// (keyed by a tensor returned with the table's name and rows).
-fn gather_sparse(model: &dyn Module, grads: &mut Gradients) -> Result<Vec<(String, Arc<Vec<u32>>, Tensor)>> {
-    let mut by_param: Vec<(String, Vec<(Arc<Vec<u32>>, Tensor)>)> = Vec::new();
+/// A table's name, its rows, and the key of its merged gradient in a `Gradients`.
+type SparseKey = (String, Arc<Vec<u32>>, Tensor);
+
+fn gather_sparse(model: &dyn Module, grads: &mut Gradients) -> Result<Vec<SparseKey>> {
+    type Parts = Vec<(Arc<Vec<u32>>, Tensor)>;
+    let mut by_param: Vec<(String, Parts)> = Vec::new();
     for l in crate::nn::sparse::take_sparse_lookups(model) {
         let Some(g) = grads.take(&l.gathered) else { continue };
         match by_param.iter_mut().find(|(p, _)| *p == l.param) {

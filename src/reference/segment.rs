@@ -4,7 +4,7 @@ use crate::graph::ReduceOp;
 
 /// `Op::SegmentReduce` over `values` (`[N, D]`) by `offsets` (`[S + 1]`).
 pub fn segment_reduce(op: ReduceOp, values: &[f64], offsets: &[f64], d: usize) -> Vec<f64> {
-    let n = if d == 0 { 0 } else { values.len() / d };
+    let n = values.len().checked_div(d).unwrap_or(0);
     let s = offsets.len().saturating_sub(1);
     let mut out = vec![0.0; s * d];
     for seg in 0..s {
@@ -39,7 +39,7 @@ pub fn segment_reduce(op: ReduceOp, values: &[f64], offsets: &[f64], d: usize) -
 /// `Op::ScatterRows`: `x` (`[R, D]`) with rows `rows[u]` replaced by `src[u]`.
 pub fn scatter_rows(x: &[f64], rows: &[f64], src: &[f64], d: usize) -> Vec<f64> {
     let mut out = x.to_vec();
-    let r = if d == 0 { 0 } else { x.len() / d };
+    let r = x.len().checked_div(d).unwrap_or(0);
     for (u, &row) in rows.iter().enumerate() {
         if row >= 0.0 && (row as usize) < r {
             let row = row as usize;
@@ -52,7 +52,7 @@ pub fn scatter_rows(x: &[f64], rows: &[f64], src: &[f64], d: usize) -> Vec<f64> 
 /// `Op::TopK`: indices of the `k` largest of each row of `n`, largest first, ties to
 /// the lower index, NaN the largest.
 pub fn topk(x: &[f64], n: usize, k: usize) -> Vec<f64> {
-    let rows = if n == 0 { 0 } else { x.len() / n };
+    let rows = x.len().checked_div(n).unwrap_or(0);
     let mut out = Vec::with_capacity(rows * k);
     for r in 0..rows {
         let row = &x[r * n..(r + 1) * n];
