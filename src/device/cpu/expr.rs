@@ -709,19 +709,25 @@ impl<'a> Evaluator<'a> {
                 }
                 self.eval_at(ins[0], Idx::List(src))?
             }
-            Kind::IndexSelect { axis, loc } if matches!(at.idx, Idx::Range(..)) && inner_len(&node.dims, *axis) > 1 => {
+            Kind::IndexSelect { axis, loc } if !matches!(at.idx, Idx::List(_)) && inner_len(&node.dims, *axis) > 1 => {
                 // Rows of a table (or any block after the axis): one index load and one
                 // stretch of the input per block, copied by the load.
-                let Idx::Range(start, n) = at.idx else { unreachable!("matched a range") };
+                let stretches = match &at.idx {
+                    Idx::Range(start, n) => vec![(*start, *n)],
+                    Idx::Runs(r) => r.clone(),
+                    Idx::List(_) => unreachable!("matched a range or runs"),
+                };
                 let xd = &prog.nodes[ins[0]].dims;
                 let inner = inner_len(&node.dims, *axis);
                 let (na, xa) = (node.dims[*axis], xd[*axis]);
                 let mut blocks = Vec::new();
-                let mut p = start;
-                while p < start + n {
-                    let end = ((p / inner + 1) * inner).min(start + n);
-                    blocks.push((p, end - p));
-                    p = end;
+                for (start, n) in stretches {
+                    let mut p = start;
+                    while p < start + n {
+                        let end = ((p / inner + 1) * inner).min(start + n);
+                        blocks.push((p, end - p));
+                        p = end;
+                    }
                 }
                 let which: Vec<usize> = blocks.iter().map(|&(p, _)| (p / inner) % na).collect();
                 let index = self.eval_at(ins[1], Idx::List(which))?.to_i64();
