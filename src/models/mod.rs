@@ -2,4 +2,6 @@
 
 pub mod bert;
 pub mod mnist;
+// Training loops and evaluation block on readback: native only.
+#[cfg(not(target_arch = "wasm32"))]
 pub mod recsys;
