@@ -25,6 +25,11 @@ export RUST_BACKTRACE=1
 # Every comparison the harness makes is logged here: binary and device.
 export TESSERA_TEST_LOG="$PWD/target/test-devices.log"
 mkdir -p target && : >"$TESSERA_TEST_LOG"
+# One feature set for every release build here and in the scripts below
+# (desktop_check.sh, dist_demo.sh, test_web.sh), so the engine compiles once in release
+# rather than once per feature set.
+export TESSERA_FEATURES=mpi,desktop
+rel=(--release --features "$TESSERA_FEATURES")
 
 section "cargo test"
 cargo test --lib --tests --examples
@@ -40,7 +45,7 @@ section "info example (every adapter must PASS)"
 cargo run --example info
 
 section "ONNX: the official node tests (every listed case must pass on the CPU backend and lavapipe)"
-cargo build --release --example onnx
+cargo build "${rel[@]}" --example onnx
 onnx=target/release/examples/onnx
 $onnx --device cpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
 $onnx --device gpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
@@ -52,27 +57,27 @@ $onnx --device gpu test "$data/onnx-models" --expect tests/onnx/models_passing.t
 section "training demos, short runs (errors fail the script)"
 ci_out="target/ci-demo"
 mkdir -p "$ci_out"
-cargo run --release --example train_mnist -- --max-steps 40 --quiet \
+cargo run "${rel[@]}" --example train_mnist -- --max-steps 40 --quiet \
   --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png" \
   --export-onnx "$ci_out/mnist.onnx" | tee "$ci_out/train.log"
 acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
 .venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
-cargo run --release --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
-cargo run --release --example compress -- --quick --out "$ci_out/compress"
+cargo run "${rel[@]}" --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
+cargo run "${rel[@]}" --example compress -- --quick --out "$ci_out/compress"
 # A new process loads every saved variant from its file and must reproduce its accuracy.
-cargo run --release --example compress -- --check --out "$ci_out/compress"
-cargo run --release --example explain -- --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
+cargo run "${rel[@]}" --example compress -- --check --out "$ci_out/compress"
+cargo run "${rel[@]}" --example explain -- --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
 test -s "$ci_out/explain/explain-8001.png"
 # Recommendation on MovieLens-100K, short: every model trains, ranks, checkpoints and
 # serves one user's top 10 in one realisation; then sparse steps on a 1M-row table.
-cargo run --release --example recsys -- --quick --quiet --out "$ci_out/recsys" | tee "$ci_out/recsys.log"
+cargo run "${rel[@]}" --example recsys -- --quick --quiet --out "$ci_out/recsys" | tee "$ci_out/recsys.log"
 grep '^RESULT ' "$ci_out/recsys.log" | sed 's/^RESULT //' | .venv/bin/python -c '
 import json, sys
 r = json.load(sys.stdin)
 assert r["recommend_realizations"] == 1, r
 assert 0 < r["deepfm_test_rmse"] < 2 and r["bpr_mf_recall10"] > 0 and r["two_tower_recall10"] > 0, r'
 test -s "$ci_out/recsys/deepfm.ckpt" && test -s "$ci_out/recsys/bpr_mf.ckpt" && test -s "$ci_out/recsys/two_tower.ckpt"
-cargo run --release --example recsys -- --bench-sparse --bench-rows 10000,1000000
+cargo run "${rel[@]}" --example recsys -- --bench-sparse --bench-rows 10000,1000000
 
 section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve
@@ -81,7 +86,7 @@ section "desktop: the eframe example under Xvfb on lavapipe, driven by injected 
 bash scripts/desktop_check.sh "$ci_out/desktop"
 
 section "distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
-cargo test --release --features mpi --test dist_mpi
+cargo test "${rel[@]}" --test dist_mpi
 CHECKPOINT_DIR="$ci_out/dist" bash scripts/dist_demo.sh --max-steps 40 --quiet
 
 section "browser: the npm package and its tests in headless Chromium on WebGPU"
