@@ -435,3 +435,32 @@ fn ranking_metrics_match_a_hand_computation() {
     assert!((recall - 0.75).abs() < 1e-12, "{recall}");
     assert!((ndcg - want_ndcg).abs() < 1e-12, "{ndcg} vs {want_ndcg}");
 }
+
+/// Loss scaling unscales sparse gradients with the dense ones: a power-of-two scale
+/// gives bit-identical steps, and an overflowing step leaves the tables and moments as
+/// they were.
+#[test]
+fn loss_scaling_covers_sparse_gradients() {
+    let dev = Device::cpu();
+    let mut plain = TinyRec::new(20, true, &dev);
+    let mut scaled = TinyRec::new(20, true, &dev);
+    let (mut o1, mut o2) = (SparseAdam::new(0.05), SparseAdam::new(0.05));
+    let mut scaler = tessera::optim::GradScaler::new(1024.0);
+    for k in 0..3 {
+        let (u, i, b) = batch(k, 20);
+        let loss = plain.loss(&u, &i, &b);
+        o1.step(&mut plain, &loss).unwrap();
+        let loss = scaled.loss(&u, &i, &b);
+        let r =
+            o2.step_with(&mut scaled, &loss, StepOptions { scaler: Some(&mut scaler), ..Default::default() }).unwrap();
+        assert!(r.applied);
+    }
+    assert_eq!(table_values(&mut plain), table_values(&mut scaled));
+    // An overflow: the step is skipped, sparse tables included.
+    let before = table_values(&mut scaled);
+    let (u, i, b) = batch(9, 20);
+    let loss = scaled.loss(&u, &i, &b).mul_scalar(1e38);
+    let r = o2.step_with(&mut scaled, &loss, StepOptions { scaler: Some(&mut scaler), ..Default::default() }).unwrap();
+    assert!(!r.applied);
+    assert_eq!(table_values(&mut scaled), before);
+}
