@@ -113,6 +113,9 @@ fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let runs = args.out.join("runs");
     let mut tb = EventWriter::new(&runs)?;
+    if !["all", "deepfm", "mf", "two-tower"].contains(&args.model.as_str()) {
+        return Err(Error::Unsupported(format!("--model {}: use all, deepfm, mf or two-tower", args.model)));
+    }
     let which = |m: &str| args.model == "all" || args.model == m;
     if which("deepfm") {
         let (rmse, epochs) = deepfm(&args, &data, &dev, &mut tb)?;

@@ -55,6 +55,7 @@ pub mod prelude;
 pub mod profile;
 pub mod quant;
 pub mod reference;
+pub mod rng;
 pub mod shape;
 pub mod stats;
 pub mod tensor;

@@ -1,5 +1,7 @@
 //! [`DistributedSampler`]: each rank's shard of a data set, reshuffled every epoch.
 
+use crate::rng::SplitMix64;
+
 /// PyTorch's `DistributedSampler`: a permutation of `0..len` seeded by `seed + epoch`
 /// (the same on every rank), padded by wrapping around to a multiple of the world size
 /// (or cut to one with `drop_last`), of which rank `r` takes positions `r, r + size,
@@ -28,10 +30,7 @@ impl DistributedSampler {
         let mut order: Vec<usize> = (0..self.len).collect();
         if self.shuffle {
             let mut rng = SplitMix64(self.seed.wrapping_add(epoch).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5DEE_CE66);
-            for i in (1..order.len()).rev() {
-                let j = (rng.next() % (i as u64 + 1)) as usize;
-                order.swap(i, j);
-            }
+            rng.shuffle(&mut order);
         }
         let total =
             if self.drop_last { self.len / self.size * self.size } else { self.len.div_ceil(self.size) * self.size };
@@ -47,18 +46,6 @@ impl DistributedSampler {
     /// This rank's indices for `epoch`.
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
         self.global_order(epoch).into_iter().skip(self.rank).step_by(self.size).collect()
-    }
-}
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

@@ -28,6 +28,7 @@
 //! Ratings are sorted by (timestamp, user, item). Dense ids number users and items in
 //! increasing order of their original MovieLens id (there: original id − 1).
 
+use crate::rng::SplitMix64;
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"TSML100K";
@@ -123,19 +124,6 @@ fn check<T: Copy + std::fmt::Display>(values: &[T], what: &str, limit: &str, ok:
     match values.iter().position(|&v| !ok(v)) {
         Some(k) => Err(bad(format!("{what} {k}: {} out of range ({limit})", values[k]))),
         None => Ok(()),
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood), enough for a reproducible shuffle.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 
@@ -287,11 +275,7 @@ impl MovieLens {
     pub fn random_split(&self, seed: u64, fractions: (f64, f64)) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
         let n = self.ratings.len();
         let mut order: Vec<usize> = (0..n).collect();
-        let mut rng = SplitMix64(seed);
-        for i in (1..n).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
-            order.swap(i, j);
-        }
+        SplitMix64(seed).shuffle(&mut order);
         // `as usize` saturates: negative or NaN fractions give 0.
         let n_train = ((n as f64 * fractions.0).round() as usize).min(n);
         let n_valid = ((n as f64 * fractions.1).round() as usize).min(n - n_train);
@@ -318,10 +302,7 @@ impl MovieLens {
         let mut rng = SplitMix64(seed);
         let (mut train, mut valid, mut test) = (Vec::new(), Vec::new(), Vec::new());
         for list in &mut per_user {
-            for i in (1..list.len()).rev() {
-                let j = (rng.next() % (i as u64 + 1)) as usize;
-                list.swap(i, j);
-            }
+            rng.shuffle(list);
             let n = list.len();
             let part = |f: f64| {
                 let x = f * n as f64;

@@ -7,6 +7,17 @@ use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
 use crate::graph::{Op, ReduceOp};
 use crate::{DType, Result, Tensor};
 
+/// The whole source: header, bindings, support code, then `functions` (the generated
+/// WGSL functions and constants the file uses) and the file itself.
+fn source(g: &Gen, root: &Tensor, functions: &str, file: &str) -> String {
+    let mut src = header(g.meta.len(), root.dtype(), g.uses_f16, &g.caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(functions);
+    src.push_str(file);
+    src
+}
+
 /// Render `Op::SegmentReduce` producing `root`.
 pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
     let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
@@ -27,13 +38,12 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
         _ => 2,
     };
     let store = if root.dtype() == DType::I32 { "out[i] = at;" } else { "out[i] = v;" };
-    let mut src = header(g.meta.len(), root.dtype(), g.uses_f16, caps);
-    src.push_str(&g.leaf_decls());
-    src.push_str(&g.support(2 + g.leaves.len() as u32));
-    src.push_str(&format!("fn seg_value(i: u32) -> f32 {{\n{value_body}    return f32({v});\n}}\n"));
-    src.push_str(&format!("fn seg_offset(j: u32) -> i32 {{\n{offset_body}    return i32({o});\n}}\n"));
-    src.push_str(&format!("fn store_seg(i: u32, v: f32, at: i32) {{\n    {store}\n}}\nconst MODE: u32 = {mode}u;\n"));
-    src.push_str(sources::SEGMENT_REDUCE);
+    let functions = format!(
+        "fn seg_value(i: u32) -> f32 {{\n{value_body}    return f32({v});\n}}\n\
+         fn seg_offset(j: u32) -> i32 {{\n{offset_body}    return i32({o});\n}}\n\
+         fn store_seg(i: u32, v: f32, at: i32) {{\n    {store}\n}}\nconst MODE: u32 = {mode}u;\n"
+    );
+    let src = source(&g, root, &functions, sources::SEGMENT_REDUCE);
     let label = format!("segment_{op:?}").to_lowercase();
     let workgroups = fold_groups((root.numel() as u64).div_ceil(64), caps, &label)?;
     Ok(g.finish(label, src, root, workgroups))
@@ -53,12 +63,11 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     let value_body = g.take_function_body();
     let r = g.eval(rows, &Ix::lin("u"), false);
     let row_body = g.take_function_body();
-    let mut src = header(g.meta.len(), root.dtype(), g.uses_f16, caps);
-    src.push_str(&g.leaf_decls());
-    src.push_str(&g.support(2 + g.leaves.len() as u32));
-    src.push_str(&format!("fn src_value(i: u32) -> f32 {{\n{value_body}    return f32({v});\n}}\n"));
-    src.push_str(&format!("fn row_of(u: u32) -> i32 {{\n{row_body}    return i32({r});\n}}\n"));
-    src.push_str(sources::SCATTER_ROWS);
+    let functions = format!(
+        "fn src_value(i: u32) -> f32 {{\n{value_body}    return f32({v});\n}}\n\
+         fn row_of(u: u32) -> i32 {{\n{row_body}    return i32({r});\n}}\n"
+    );
+    let src = source(&g, root, &functions, sources::SCATTER_ROWS);
     let label = "scatter_rows".to_string();
     let workgroups = fold_groups((src_rows.numel() as u64).div_ceil(64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
@@ -77,11 +86,8 @@ pub fn render_topk(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shad
     g.slot(n as u32);
     let v = g.eval(x, &Ix::lin("i"), false);
     let body = g.take_function_body();
-    let mut src = header(g.meta.len(), root.dtype(), g.uses_f16, caps);
-    src.push_str(&g.leaf_decls());
-    src.push_str(&g.support(2 + g.leaves.len() as u32));
-    src.push_str(&format!("fn topk_input(i: u32) -> f32 {{\n{body}    return f32({v});\n}}\nconst K: u32 = {k}u;\n"));
-    src.push_str(sources::TOPK);
+    let functions = format!("fn topk_input(i: u32) -> f32 {{\n{body}    return f32({v});\n}}\nconst K: u32 = {k}u;\n");
+    let src = source(&g, root, &functions, sources::TOPK);
     let label = format!("topk_{k}");
     let workgroups = fold_groups((rows as u64).div_ceil(64), caps, &label)?;
     Ok(g.finish(label, src, root, workgroups))

@@ -124,14 +124,14 @@ impl Tensor {
 /// (the permutation, each row's first sorted position, and the sorted rows), which is
 /// what the gather's gradient needs to be a segment sum rather than a product with a
 /// one-hot matrix. Build once per batch of ids ([`GatherPlan::new`]) and gather with
-/// [`Tensor::gather_rows`].
+/// [`Tensor::gather_rows`]. Under [`crate::no_grad`] nothing is sorted (inference
+/// uploads only the ids).
 #[derive(Clone, Debug)]
 pub struct GatherPlan {
     /// The rows gathered, in order (I32 `[N]`).
     pub index: Tensor,
-    perm: Tensor,
-    offsets: Tensor,
-    sorted: Tensor,
+    /// The permutation, each row's first sorted position and the sorted rows.
+    sort: Option<[Tensor; 3]>,
     /// Rows of the table the plan gathers from.
     pub num_rows: usize,
 }
@@ -168,10 +168,13 @@ impl GatherPlan {
         if num_rows >= i32::MAX as usize || index.len() >= i32::MAX as usize {
             return Err(bad(format!("{num_rows} rows or {} ids exceed i32", index.len())));
         }
-        let (perm, offsets, sorted) = sort_by_key(index, num_rows);
-        let i32s: Vec<i32> = index.iter().map(|&r| r as i32).collect();
         let up = |v: &[i32]| Tensor::from_slice(v, [v.len()], dev);
-        Ok(GatherPlan { index: up(&i32s), perm: up(&perm), offsets: up(&offsets), sorted: up(&sorted), num_rows })
+        let sort = crate::autograd::grad_enabled().then(|| {
+            let (perm, offsets, sorted) = sort_by_key(index, num_rows);
+            [up(&perm), up(&offsets), up(&sorted)]
+        });
+        let i32s: Vec<i32> = index.iter().map(|&r| r as i32).collect();
+        Ok(GatherPlan { index: up(&i32s), sort, num_rows })
     }
 }
 
@@ -188,12 +191,12 @@ impl Tensor {
             return self.lift(Err(e));
         }
         let out = self.index_select(0, &plan.index);
+        let Some([perm, offsets, sorted]) = &plan.sort else { return out };
         if out.check().is_err() {
             return out;
         }
         let node = out.node();
-        let inputs =
-            vec![self.clone(), plan.index.clone(), plan.perm.clone(), plan.offsets.clone(), plan.sorted.clone()];
+        let inputs = vec![self.clone(), plan.index.clone(), perm.clone(), offsets.clone(), sorted.clone()];
         Tensor::make_at(node.op.clone(), inputs, node.shape.clone(), node.dtype, self.device(), loc)
     }
 }
