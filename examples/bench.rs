@@ -65,6 +65,15 @@ struct Args {
     /// `.venv/bin/python`.
     #[arg(long)]
     blas: Option<String>,
+    /// Run exactly the cases and the method of the table in issue #21 (burn 0.22.1's
+    /// wgpu backend beside Tessera): 3 warm-ups, then at least 5 timed iterations until
+    /// `--seconds` (2 by default here), each forced to completion by reading back one
+    /// element of its output; every case twice, in two interleaved passes; each pass's
+    /// median, and the first call's time (compile and tune). With `--json`, one line per
+    /// case: `{"case", "device", "rate": [pass 1, pass 2], "unit", "median_ms": [..],
+    /// "first_ms"}`, the same keys as the burn program, so the two compare line by line.
+    #[arg(long)]
+    peer_cases: bool,
     /// Internal: run one training step of this model in a fresh process and print the
     /// milliseconds from process start (the child of `*-train`'s `cold_ms`).
     #[arg(long, hide = true)]
@@ -384,6 +393,12 @@ fn run() -> tessera::Result<()> {
     if args.top {
         tessera::profile::start();
     }
+    if args.peer_cases {
+        for (d, name) in devices.iter().zip(&args.devices) {
+            peer_cases(d, name, &args, &want)?;
+        }
+        return Ok(());
+    }
     let mut rows = Rows { json: args.json, printed: 0, all: Vec::new(), device: String::new() };
     for (d, name) in devices.iter().zip(&args.devices) {
         rows.device = name.clone();
@@ -410,6 +425,142 @@ fn run() -> tessera::Result<()> {
         println!("\ntop kernels by time:");
         for (name, ms, calls) in tessera::profile::top(10) {
             println!("{ms:10.2} ms {calls:6}x  {name}");
+        }
+    }
+    Ok(())
+}
+
+/// One case of `--peer-cases`: its name, the work one iteration does (in `unit`s), and
+/// the iteration (build the graph, realise it, read one element back).
+struct PeerCase<'a> {
+    name: &'static str,
+    work: f64,
+    unit: &'static str,
+    run: Box<dyn FnMut() -> tessera::Result<()> + 'a>,
+}
+
+/// Realise `t` on its device and read one element of it back (what forces the work to
+/// finish, as the peer's loop does).
+fn force(t: &Tensor) -> tessera::Result<()> {
+    t.realize_blocking()?;
+    let one = t.reshape([t.numel()]).narrow(0, 0, 1).cast(DType::F32);
+    one.to_vec_blocking::<f32>().map(|_| ())
+}
+
+/// Issue #21's table on device `d`, by its method (see `Args::peer_cases`).
+fn peer_cases(d: &Device, name: &str, args: &Args, want: &dyn Fn(&str) -> bool) -> tessera::Result<()> {
+    let seconds = if args.seconds == 1.0 { 2.0 } else { args.seconds };
+    let input = |shape: &[usize], seed: u64, dt: DType| -> tessera::Result<Tensor> {
+        let t = (Tensor::rand(shape.to_vec(), seed, d) - 0.5).cast(dt);
+        t.realize_blocking()?;
+        Ok(t)
+    };
+    let mut cases: Vec<PeerCase> = Vec::new();
+    for (case, dt, n) in [
+        ("matmul f32 1024", DType::F32, 1024),
+        ("matmul f32 512", DType::F32, 512),
+        ("matmul f16 512", DType::F16, 512),
+    ] {
+        let (a, b) = (input(&[n, n], 1, dt)?, input(&[n, n], 2, dt)?);
+        let work = 2.0 * (n * n * n) as f64 / 1e9;
+        cases.push(PeerCase { name: case, work, unit: "GFLOP/s", run: Box::new(move || force(&a.matmul(&b))) });
+    }
+    let (a, b) = (input(&[8, 128, 64], 3, DType::F32)?, input(&[8, 64, 128], 4, DType::F32)?);
+    cases.push(PeerCase {
+        name: "matmul-batched f32 8x128x64x128",
+        work: 2.0 * (8 * 128 * 128 * 64) as f64 / 1e9,
+        unit: "GFLOP/s",
+        run: Box::new(move || force(&a.matmul(&b))),
+    });
+    let n = 4 << 20;
+    let x = input(&[n], 5, DType::F32)?;
+    cases.push(PeerCase {
+        name: "elementwise f32 4M",
+        work: (n * 8) as f64 / 1e9,
+        unit: "GB/s",
+        run: Box::new(move || force(&((&x * 2.0 + 1.0).exp().tanh() * &x).relu())),
+    });
+    let (x, w) = (input(&[8, 64, 56, 56], 6, DType::F32)?, input(&[64, 64, 3, 3], 7, DType::F32)?);
+    cases.push(PeerCase {
+        name: "conv2d f32 8x64x56x56 k3",
+        work: 2.0 * (8 * 64 * 56 * 56 * 64 * 9) as f64 / 1e9,
+        unit: "GFLOP/s",
+        run: Box::new(move || force(&x.conv2d(&w, None, Conv2dOptions::new(1, 1)))),
+    });
+    let qkv = [
+        input(&[1, 12, 128, 64], 8, DType::F32)?,
+        input(&[1, 12, 128, 64], 9, DType::F32)?,
+        input(&[1, 12, 128, 64], 10, DType::F32)?,
+    ];
+    let attn_work = 4.0 * (12 * 128 * 128 * 64) as f64 / 1e9;
+    let [q, k, v] = qkv.clone();
+    cases.push(PeerCase {
+        name: "attention f32 1x12x128x64",
+        work: attn_work,
+        unit: "GFLOP/s",
+        run: Box::new(move || force(&Tensor::scaled_dot_product_attention(&q, &k, &v, None, false))),
+    });
+    let [q, k, v] = qkv;
+    cases.push(PeerCase {
+        name: "attention-composed f32 1x12x128x64",
+        work: attn_work,
+        unit: "GFLOP/s",
+        run: Box::new(move || force(&(q.matmul(&k.t()) / 8.0).softmax(-1).matmul(&v))),
+    });
+    let mut trainer = Trainer::new("mlp", d);
+    cases.push(PeerCase {
+        name: "mlp-train adam b64",
+        work: 1.0,
+        unit: "steps/s",
+        run: Box::new(move || trainer.step(false).to_vec_blocking::<f32>().map(|_| ())),
+    });
+    let one = input(&[1], 11, DType::F32)?;
+    cases.push(PeerCase {
+        name: "tiny-op readback",
+        work: 1e-3,
+        unit: "ops/ms",
+        run: Box::new(move || (&one + 1.0).to_vec_blocking::<f32>().map(|_| ())),
+    });
+    cases.retain(|c| want(c.name));
+    // Two interleaved passes over every case; per case, per pass: the median ms.
+    let mut medians: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut first = vec![0.0; cases.len()];
+    for pass in 0..2 {
+        for (c, case) in cases.iter_mut().enumerate() {
+            let mut iteration = || -> tessera::Result<f64> {
+                let t = Instant::now();
+                (case.run)()?;
+                Ok(t.elapsed().as_secs_f64() * 1e3)
+            };
+            if pass == 0 {
+                first[c] = iteration()?;
+            }
+            for _ in 0..3 {
+                iteration()?;
+            }
+            let (start, mut v) = (Instant::now(), Vec::new());
+            while v.len() < 5 || (start.elapsed().as_secs_f64() < seconds && v.len() < 200) {
+                v.push(iteration()?);
+            }
+            v.sort_by(|a, b| a.total_cmp(b));
+            medians[c].push(v[v.len() / 2]);
+        }
+    }
+    if !args.json {
+        println!("Tessera, issue #21's cases on {d} ({name}); rates of pass 1, pass 2\n");
+    }
+    for (c, case) in cases.iter().enumerate() {
+        let rate: Vec<f64> = medians[c].iter().map(|ms| case.work / (ms / 1e3)).collect();
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({ "case": case.name, "device": name, "rate": rate, "unit": case.unit, "median_ms": medians[c], "first_ms": first[c] })
+            );
+        } else {
+            println!(
+                "{:<36} {:>9.2} {:>9.2} {:<8} ({:.2}, {:.2} ms)  first call {:.0} ms",
+                case.name, rate[0], rate[1], case.unit, medians[c][0], medians[c][1], first[c]
+            );
         }
     }
     Ok(())

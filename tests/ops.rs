@@ -378,6 +378,37 @@ fn concat_stack_and_indexing() {
     });
 }
 
+/// Whole quads read at their own index run the vec4 element-wise kernel (one vector load
+/// per input, one vector store): every dtype in and out, scalars, `arange` and `rand`
+/// lanes, and lengths of 4, 12 and 4,100 beside 4,099 (the scalar kernel).
+#[test]
+fn whole_quads_every_dtype() {
+    for n in [4usize, 12, 4100, 4099] {
+        check(&format!("quads n={n}"), |d| {
+            let x = rand_t(&[n], 21, -3.0, 3.0, d);
+            let y = rand_t(&[n], 22, -3.0, 3.0, d);
+            let h = y.cast(DType::F16);
+            let i = (&x * 10.0).cast(DType::I32);
+            let u = (x.abs() * 10.0).cast(DType::U32);
+            let m = x.gt(&y);
+            vec![
+                ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(),
+                (h.exp() * 0.5 + &h).cast(DType::F16),
+                h.cast(DType::F32) * &x,
+                &i * &i - 3.0,
+                &u + &u,
+                m.logical_not(),
+                Tensor::where_(&m, &x, &h.cast(DType::F32)),
+                x.lt(&h.cast(DType::F32)),
+                Tensor::arange(0.0, n as f64, 1.0, DType::F32, d) * &x,
+                x.cast(DType::F16),
+                i.cast(DType::F32),
+                m.cast(DType::F32) + &x,
+            ]
+        });
+    }
+}
+
 #[test]
 fn fused_chains_of_movement_and_elementwise() {
     check("chains", |d| {

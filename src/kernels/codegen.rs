@@ -119,6 +119,12 @@ pub(crate) struct Gen<'a> {
     /// Reductions: every windowed leaf's loads are checked against its window (the
     /// input may be split either by rows or as a whole).
     pub check_all_windows: bool,
+    /// Leaves read at the output's own index `i` become the parameters `p{k}` of the
+    /// expression function instead of loads (the vec4 element-wise kernel loads them
+    /// four at a time and passes one lane each). A load at any other index clears
+    /// `params_ok`.
+    pub param_leaves: bool,
+    pub params_ok: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -147,6 +153,8 @@ impl<'a> Gen<'a> {
             leaf_len: Vec::new(),
             emit_windows: false,
             check_all_windows: false,
+            param_leaves: false,
+            params_ok: true,
         }
     }
 
@@ -392,6 +400,12 @@ impl<'a> Gen<'a> {
         if !root && (self.is_leaf)(t) {
             let k = self.leaf(t);
             let l = self.linear(ix, t);
+            if self.param_leaves {
+                if l == "i" {
+                    return format!("p{k}");
+                }
+                self.params_ok = false;
+            }
             let aligned = match &self.align {
                 Some((key, dims)) => ix.key() == *key && t.dims() == dims.as_slice(),
                 None => l == "i",
@@ -754,6 +768,12 @@ impl<'a> Gen<'a> {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Whether every leaf is read only at the output's own linear index `i` (window
+    /// mode tracks this; quantised leaves never are).
+    pub fn all_leaves_aligned(&self) -> bool {
+        self.windows && (0..self.leaves.len()).all(|k| self.leaf_base[k].is_some() && self.leaf_aligned[k])
     }
 
     /// Decide [`Gen::emit_windows`]: whether `out_bytes` or any leaf exceeds a binding.

@@ -2,7 +2,7 @@
 //! it, down to materialised leaves, rendered into `shaders/elementwise.wgsl`.
 
 use super::codegen::{Gen, Ix};
-use super::{fold_groups, header, sources, storage_type, KernelSpec, ShaderCaps, Window, WG};
+use super::{fold_groups, header, header_with_out, sources, storage_type, KernelSpec, ShaderCaps, Window, WG};
 
 /// Outputs per invocation of an element-wise kernel (fewer workgroups to launch: on
 /// lavapipe a 1M-element chain runs about 1.5x faster with 4 than with 1).
@@ -22,6 +22,12 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     g.decide_windows(root.storage_bytes());
+    let quads = n > 0 && n % 4 == 0 && !g.emit_windows && g.all_leaves_aligned();
+    if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
+        if let Some(spec) = render_quads(root, is_leaf, caps)? {
+            return Ok(spec);
+        }
+    }
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
     let packed = dt == DType::F16 && !caps.native_f16;
@@ -72,6 +78,100 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     Ok(spec)
 }
 
+/// The vec4 variant: `root` has a multiple of 4 elements, fits one binding, and every
+/// leaf is read only at the output's own index. Each invocation loads a quad of every
+/// input as one vector, evaluates the expression per lane (the leaves are parameters of
+/// `eval_out`) and stores one vector: a quarter of the loads, stores and bounds checks,
+/// and no per-element index arithmetic. `None` if some leaf turns out not to qualify.
+fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
+    let mut g = Gen::new(*caps, is_leaf);
+    let n = root.numel();
+    g.slot(n as u32); // meta[0]: element count
+    g.slot((n / 4) as u32); // meta[1]: quad count
+    g.windows = true;
+    g.param_leaves = true;
+    let v = g.eval(root, &Ix::lin("i"), true);
+    if !g.params_ok || !g.all_leaves_aligned() {
+        return Ok(None);
+    }
+    let body = std::mem::take(&mut g.body);
+    let dt = root.dtype();
+    let packed = |t: DType| t == DType::F16 && !caps.native_f16;
+    if dt == DType::F16 {
+        g.uses_f16 = true;
+    }
+    // Per dtype: the vector a quad is stored as, and how lane `c` of loaded value `a`
+    // reads in the compute type.
+    let vec_type = |t: DType| match t {
+        DType::F32 => "vec4<f32>",
+        DType::I32 => "vec4<i32>",
+        DType::F16 if caps.native_f16 => "vec4<f16>",
+        DType::F16 => "vec2<u32>",
+        _ => "vec4<u32>",
+    };
+    const LANE: [&str; 4] = ["x", "y", "z", "w"];
+    let lane = |t: DType, a: &str, c: usize| match t {
+        DType::Bool => format!("({a}.{} != 0u)", LANE[c]),
+        DType::F16 if caps.native_f16 => format!("f32({a}.{})", LANE[c]),
+        DType::F16 => format!("unpack2x16float({a}.{})[{}u]", LANE[c / 2], c % 2),
+        _ => format!("{a}.{}", LANE[c]),
+    };
+    let mut src = header_with_out(g.meta.len(), vec_type(dt), g.uses_f16, caps);
+    let mut params = vec!["i: u32".to_string()];
+    let mut loads = String::new();
+    let mut args = vec![String::new(); 4];
+    for (k, t) in g.leaves.iter().enumerate() {
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
+            2 + k,
+            vec_type(t.dtype())
+        ));
+        params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
+        loads.push_str(&format!("    let a{k} = in{k}[q];\n"));
+        for (c, a) in args.iter_mut().enumerate() {
+            a.push_str(&format!(", {}", lane(t.dtype(), &format!("a{k}"), c)));
+        }
+    }
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&format!(
+        "fn eval_out({}) -> {} {{\n{body}    return {v};\n}}\n",
+        params.join(", "),
+        super::compute_type(dt)
+    ));
+    let lanes: Vec<String> = (0..4)
+        .map(|c| {
+            let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
+            let e = format!("eval_out({i}{})", args[c]);
+            match dt {
+                DType::Bool => format!("select(0u, 1u, {e})"),
+                DType::F16 if packed(dt) => e,
+                _ => format!("{}({e})", storage_type(dt, caps)),
+            }
+        })
+        .collect();
+    let value = if packed(dt) {
+        format!(
+            "vec2<u32>(pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})))",
+            lanes[0], lanes[1], lanes[2], lanes[3]
+        )
+    } else {
+        format!("{}({})", vec_type(dt), lanes.join(", "))
+    };
+    src.push_str(&format!(
+        "fn store_quad(q: u32) {{\n    if (q >= m(1u)) {{ return; }}\n    let i = 4u * q;\n{loads}    out[q] = {value};\n}}\n"
+    ));
+    src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+    src.push_str(sources::ELEMENTWISE_VEC4);
+    let label = label(&g.ops);
+    let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
+    let mut spec = g.finish(label, src, root, workgroups);
+    // Trusted (no runtime bounds checks): every access is at quad `q < n / 4`, and the
+    // output and every input hold at least `n / 4` quads (inputs read at the output's own
+    // index have at least its element count; gathers never take this kernel).
+    spec.trusted = std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
+    Ok(Some(spec))
+}
+
 /// `fused(add,mul,gelu)`, or `copy` for a pure data movement.
 fn label(ops: &[String]) -> String {
     let mut seen: Vec<&str> = Vec::new();
@@ -84,5 +184,38 @@ fn label(ops: &[String]) -> String {
         "copy".into()
     } else {
         format!("fused({})", seen.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::variants::all_caps;
+    use crate::{DType, Device, Tensor};
+
+    fn source(t: &Tensor, caps: &crate::kernels::ShaderCaps) -> String {
+        let specs = crate::kernels::plan_kernels(caps, 14, std::slice::from_ref(t)).expect("plan");
+        specs.last().expect("a kernel").source.clone()
+    }
+
+    #[test]
+    fn whole_quads_read_at_their_own_index_take_the_vec4_kernel() {
+        let d = Device::cpu();
+        let caps = all_caps()[0];
+        let x = Tensor::rand([4, 8], 1, &d);
+        crate::read_all_blocking(std::slice::from_ref(&x)).expect("realise");
+        let xs = x;
+        for (what, t, quads) in [
+            ("contiguous chain", (&xs * 2.0 + 1.0).exp().tanh().relu() * &xs, true),
+            ("f16 in, f32 out", xs.cast(DType::F16).cast(DType::F32) + &xs, true),
+            ("odd length", xs.narrow(1, 0, 7).exp(), false),
+            ("transposed read", xs.t().exp(), false),
+            ("broadcast row", &xs + &xs.narrow(0, 0, 1), false),
+        ] {
+            let src = source(&t, &caps);
+            assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");
+        }
+        // Where a tensor may exceed a binding (window mode), the scalar kernel.
+        let windowed = all_caps()[4];
+        assert!(!source(&(xs.exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
     }
 }

@@ -26,6 +26,7 @@ pub const WG: u32 = 256;
 pub mod sources {
     pub const COMMON: &str = include_str!("../../shaders/common.wgsl");
     pub const ELEMENTWISE: &str = include_str!("../../shaders/elementwise.wgsl");
+    pub const ELEMENTWISE_VEC4: &str = include_str!("../../shaders/elementwise_vec4.wgsl");
     pub const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
     pub const REDUCE_SMALL: &str = include_str!("../../shaders/reduce_small.wgsl");
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
@@ -315,6 +316,11 @@ pub(crate) fn load_fn_at(
 /// The header every variant starts with: `enable` directives, `WG`, the meta binding
 /// and the output binding.
 pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &ShaderCaps) -> String {
+    header_with_out(meta_len, storage_type(out_dtype, caps), uses_f16, caps)
+}
+
+/// [`header`] with the output binding's element type spelled out (`vec4<f32>`, say).
+pub(crate) fn header_with_out(meta_len: usize, out_ty: &str, uses_f16: bool, caps: &ShaderCaps) -> String {
     let mut s = String::new();
     if uses_f16 && caps.native_f16 {
         s.push_str("enable f16;\n");
@@ -324,8 +330,7 @@ pub(crate) fn header(meta_len: usize, out_dtype: DType, uses_f16: bool, caps: &S
         "const WG: u32 = {WG}u;\nstruct Params {{ v: array<vec4<u32>, {words}> }}\n\
          @group(0) @binding(0) var<uniform> params: Params;\n\
          fn m(i: u32) -> u32 {{ return params.v[i >> 2u][i & 3u]; }}\n\
-         @group(0) @binding(1) var<storage, read_write> out: array<{}>;\n",
-        storage_type(out_dtype, caps)
+         @group(0) @binding(1) var<storage, read_write> out: array<{out_ty}>;\n"
     ));
     s
 }

@@ -103,6 +103,29 @@ pub fn covering_graphs() -> Vec<Tensor> {
         Tensor::randn([4], 1, &d),
         Tensor::eye(3, DType::F32, &d),
     ]);
+    // Whole quads (the vec4 element-wise kernel): every dtype as input and output.
+    let fq = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 3.0, -4.0, 5.0, 0.25, -0.75], [2, 4], &d);
+    let hq = fq.cast(DType::F16);
+    let iq = fq.cast(DType::I32);
+    let uq = fq.abs().cast(DType::U32);
+    let mq = fq.gt_scalar(0.0);
+    out.extend([
+        fq.tanh().relu() * &fq,
+        (&hq * 2.0 + 1.0).exp(),
+        hq.cast(DType::F32) + &fq,
+        &iq * &iq + 1.0,
+        &uq + &uq,
+        mq.logical_not(),
+        Tensor::where_(&mq, &fq, &hq.cast(DType::F32)),
+        fq.lt(&hq.cast(DType::F32)),
+        Tensor::arange(0.0, 8.0, 1.0, DType::F32, &d) * &fq,
+        Tensor::rand([8], 2, &d),
+    ]);
+    for src in [&fq, &hq, &iq, &uq, &mq] {
+        for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
+            out.push(src.cast(dt));
+        }
+    }
     // Movement, fused.
     let idx = Tensor::from_slice(&[1i32, 0], [2], &d);
     let uidx = Tensor::from_slice(&[1u32, 0, 2], [3], &d);

@@ -1,0 +1,13 @@
+// A fused element-wise kernel over whole quads: the output and every input are read at
+// the output's own index and hold a multiple of 4 elements, so each invocation loads its
+// inputs as vec4s, evaluates the expression once per lane and stores one vec4.
+// `store_quad` is generated (src/kernels/elementwise.rs). Each workgroup covers EPT * WG
+// consecutive quads, EPT per invocation, strided by WG.
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let base = (wid.x + wid.y * nwg.x) * WG * EPT + lid.x;
+    for (var u = 0u; u < EPT; u = u + 1u) {
+        store_quad(base + u * WG);
+    }
+}
