@@ -274,7 +274,19 @@ fn softmax_family() {
         // f16 (the composition), an empty axis.
         let long = rand_t(&[2, 3, 301], 10, -5.0, 5.0, d);
         let odd = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], [2, 3], d);
+        // Enough rows of 64 or more for the invocation-per-row kernel on CPU adapters,
+        // along the last and a middle axis, with a NaN row and an all -inf row.
+        let many = rand_t(&[2, 130, 129], 17, -5.0, 5.0, d);
+        let mut special = data(260 * 64, 18, -5.0, 5.0);
+        special[5 * 64 + 3] = f32::NAN;
+        special[7 * 64..8 * 64].fill(f32::NEG_INFINITY);
+        let special = Tensor::from_slice(&special, [260, 64], d);
         vec![
+            many.softmax(-1),
+            many.softmax(1),
+            many.log_softmax(-1),
+            special.softmax(1),
+            special.log_softmax(1),
             x.softmax(-1),
             x.softmax(0),
             x.log_softmax(1),

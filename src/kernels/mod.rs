@@ -35,6 +35,7 @@ pub mod sources {
     pub const MATMUL_VEC4: &str = include_str!("../../shaders/matmul_vec4.wgsl");
     pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
     pub const NORM: &str = include_str!("../../shaders/norm.wgsl");
+    pub const SOFTMAX_ROWS: &str = include_str!("../../shaders/softmax_rows.wgsl");
     pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
     pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
     pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");

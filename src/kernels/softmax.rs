@@ -1,5 +1,7 @@
 //! Softmax and log-softmax along one axis (`Op::Softmax`, `shaders/softmax.wgsl`): one
-//! workgroup per row, one pass for the max, one for the sum, one for the outputs.
+//! workgroup per row, one pass for the max, one for the sum, one for the outputs. On CPU
+//! adapters (the direct-matmul choice) one invocation per row instead, without barriers
+//! (`shaders/softmax_rows.wgsl`) for rows of 64 or more and enough of them.
 
 use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
@@ -21,8 +23,17 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     src.push_str(&super::input_loads(&inputs, caps));
     src.push_str(&format!("const RW: u32 = {RW}u;\nconst LOG: bool = {log};\n"));
     src.push_str(sources::COMMON);
-    src.push_str(sources::SOFTMAX);
+    // Measured on lavapipe (ms, workgroup per row -> invocation per row): 1536x128
+    // 6.1 -> 1.9, 6144x512 38.9 -> 15.6, 512x256 2.5 -> 0.6; but rows shorter than 64
+    // ran slower and erratically (1536x32: 5.2 -> 40), and fewer than 4 workgroups of
+    // rows leave cores idle (64x1024: 0.7 -> 1.4).
+    let per_row = caps.direct_matmul
+        && a >= 64
+        && rows >= 4 * RW as usize
+        && std::env::var("TESSERA_SOFTMAX_ROWS").as_deref() != Ok("0");
+    src.push_str(if per_row { sources::SOFTMAX_ROWS } else { sources::SOFTMAX });
     let label = if log { "log_softmax" } else { "softmax" }.to_string();
-    let workgroups = fold_groups(rows as u64, caps, &label)?;
+    let groups = if per_row { (rows as u64).div_ceil(RW as u64) } else { rows as u64 };
+    let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }
