@@ -421,6 +421,29 @@ fn whole_quads_every_dtype() {
     }
 }
 
+/// Rows repeated over leading axes (a bias) are read a quad at a time too.
+#[test]
+fn whole_quads_with_broadcast_rows() {
+    check("quads with rows", |d| {
+        let x = rand_t(&[33, 12], 23, -3.0, 3.0, d);
+        let b = rand_t(&[12], 24, -1.0, 1.0, d);
+        let y = rand_t(&[5, 3, 8], 25, -3.0, 3.0, d);
+        let c = rand_t(&[3, 8], 26, -1.0, 1.0, d);
+        let odd = rand_t(&[4, 6], 27, -1.0, 1.0, d);
+        let col = rand_t(&[33, 1], 28, -1.0, 1.0, d);
+        vec![
+            (&x + &b).relu(),
+            (&x * &b.reshape([1, 12])).gelu() + &b,
+            &y * &c - &c.exp(),
+            (&y.cast(DType::F16) + &c.cast(DType::F16)).cast(DType::F32),
+            (&y.cast(DType::I32) + &c.cast(DType::I32)) * 2.0,
+            &odd + &rand_t(&[6], 29, -1.0, 1.0, d),
+            &x + &col,
+            &x + &b + &col,
+        ]
+    });
+}
+
 #[test]
 fn fused_chains_of_movement_and_elementwise() {
     check("chains", |d| {

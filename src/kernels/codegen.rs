@@ -125,6 +125,11 @@ pub(crate) struct Gen<'a> {
     /// `params_ok`.
     pub param_leaves: bool,
     pub params_ok: bool,
+    /// In `param_leaves` mode, per leaf read through a broadcast over leading axes: the
+    /// meta slot holding its length in quads (the quad kernel loads quad `q % len`).
+    pub param_period: HashMap<usize, usize>,
+    /// In `param_leaves` mode, the leaves read at `i` itself.
+    param_direct: std::collections::HashSet<usize>,
 }
 
 impl<'a> Gen<'a> {
@@ -155,6 +160,8 @@ impl<'a> Gen<'a> {
             check_all_windows: false,
             param_leaves: false,
             params_ok: true,
+            param_period: HashMap::new(),
+            param_direct: Default::default(),
         }
     }
 
@@ -401,7 +408,8 @@ impl<'a> Gen<'a> {
             let k = self.leaf(t);
             let l = self.linear(ix, t);
             if self.param_leaves {
-                if l == "i" {
+                if l == "i" && !self.param_period.contains_key(&k) {
+                    self.param_direct.insert(k);
                     return format!("p{k}");
                 }
                 self.params_ok = false;
@@ -486,6 +494,24 @@ impl<'a> Gen<'a> {
                     self.eval(&n.inputs[0], &Ix::lin(l), false)
                 }
             },
+            Op::Expand if self.param_leaves && ix.lin.as_deref() == Some("i") && self.periodic_leaf(t).is_some() => {
+                // A leaf repeated over leading axes (a bias row): at output index `i` it
+                // reads `i % len`, and a quad of the output reads one quad of it.
+                let (src, len) = self.periodic_leaf(t).unwrap_or_else(|| unreachable!("checked by the guard"));
+                let k = self.leaf(&src);
+                if self.param_direct.contains(&k) {
+                    self.params_ok = false;
+                }
+                let slot = match self.param_period.get(&k) {
+                    Some(&s) => s,
+                    None => {
+                        self.meta.push((len / 4) as u32);
+                        self.meta.len() - 1
+                    }
+                };
+                self.param_period.insert(k, slot);
+                return format!("p{k}");
+            }
             Op::Expand => {
                 let c = self.coords(ix, t);
                 let src = &n.inputs[0];
@@ -770,10 +796,34 @@ impl<'a> Gen<'a> {
             .collect()
     }
 
-    /// Whether every leaf is read only at the output's own linear index `i` (window
-    /// mode tracks this; quantised leaves never are).
-    pub fn all_leaves_aligned(&self) -> bool {
-        self.windows && (0..self.leaves.len()).all(|k| self.leaf_base[k].is_some() && self.leaf_aligned[k])
+    /// For an expand node `t` whose source is a (non-quantised) leaf equal to `t`'s
+    /// trailing axes, a whole number of quads long: the leaf and its length.
+    fn periodic_leaf(&self, t: &Tensor) -> Option<(Tensor, usize)> {
+        let input = t.node().inputs.first()?;
+        // Reshapes keep the linear index: the leaf may sit under some.
+        let mut src = input.clone();
+        while !(self.is_leaf)(&src) && src.node().op == Op::Reshape {
+            src = src.node().inputs[0].clone();
+        }
+        if !(self.is_leaf)(&src) || src.dtype().is_quantized() {
+            return None;
+        }
+        let sd = input.dims();
+        let lead = sd.iter().take_while(|&&d| d == 1).count();
+        let tail = &sd[lead..];
+        let td = t.dims();
+        let len: usize = tail.iter().product();
+        (tail.len() <= td.len()
+            && td[td.len() - tail.len()..] == *tail
+            && len % 4 == 0
+            && len > 0
+            && src.numel() == len)
+            .then_some((src, len))
+    }
+
+    /// Whether no leaf is quantised (window mode gives those no base slot).
+    pub fn no_quantised_leaves(&self) -> bool {
+        self.windows && self.leaf_base.iter().all(Option::is_some)
     }
 
     /// Decide [`Gen::emit_windows`]: whether `out_bytes` or any leaf exceeds a binding.

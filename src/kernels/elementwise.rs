@@ -22,7 +22,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     g.decide_windows(root.storage_bytes());
-    let quads = n > 0 && n % 4 == 0 && !g.emit_windows && g.all_leaves_aligned();
+    let quads = n > 0 && n % 4 == 0 && !g.emit_windows && g.no_quantised_leaves();
     if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
         if let Some(spec) = render_quads(root, is_leaf, caps)? {
             return Ok(spec);
@@ -91,7 +91,7 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
     g.windows = true;
     g.param_leaves = true;
     let v = g.eval(root, &Ix::lin("i"), true);
-    if !g.params_ok || !g.all_leaves_aligned() {
+    if !g.params_ok || !g.no_quantised_leaves() {
         return Ok(None);
     }
     let body = std::mem::take(&mut g.body);
@@ -127,7 +127,10 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
             vec_type(t.dtype())
         ));
         params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
-        loads.push_str(&format!("    let a{k} = in{k}[q];\n"));
+        match g.param_period.get(&k) {
+            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[q % m({slot}u)];\n")),
+            None => loads.push_str(&format!("    let a{k} = in{k}[q];\n")),
+        }
         for (c, a) in args.iter_mut().enumerate() {
             a.push_str(&format!(", {}", lane(t.dtype(), &format!("a{k}"), c)));
         }
@@ -202,14 +205,19 @@ mod tests {
         let d = Device::cpu();
         let caps = all_caps()[0];
         let x = Tensor::rand([4, 8], 1, &d);
-        crate::read_all_blocking(std::slice::from_ref(&x)).expect("realise");
+        let row = Tensor::rand([8], 2, &d);
+        let col = Tensor::rand([4, 1], 3, &d);
+        crate::read_all_blocking(&[x.clone(), row.clone(), col.clone()]).expect("realise");
         let xs = x;
         for (what, t, quads) in [
             ("contiguous chain", (&xs * 2.0 + 1.0).exp().tanh().relu() * &xs, true),
             ("f16 in, f32 out", xs.cast(DType::F16).cast(DType::F32) + &xs, true),
             ("odd length", xs.narrow(1, 0, 7).exp(), false),
             ("transposed read", xs.t().exp(), false),
-            ("broadcast row", &xs + &xs.narrow(0, 0, 1), false),
+            ("a bias row repeated over rows", (&xs + &row).relu() * &row, true),
+            ("a row through a reshape", &xs * &row.reshape([1, 8]), true),
+            ("a sliced row", &xs + &xs.narrow(0, 0, 1), false),
+            ("a column repeated along rows", &xs + &col, false),
         ] {
             let src = source(&t, &caps);
             assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");

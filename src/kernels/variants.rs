@@ -120,6 +120,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
         fq.lt(&hq.cast(DType::F32)),
         Tensor::arange(0.0, 8.0, 1.0, DType::F32, &d) * &fq,
         Tensor::rand([8], 2, &d),
+        (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
     ]);
     for src in [&fq, &hq, &iq, &uq, &mq] {
         for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
