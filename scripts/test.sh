@@ -78,6 +78,16 @@ assert r["recommend_realizations"] == 1, r
 assert 0 < r["deepfm_test_rmse"] < 2 and r["bpr_mf_recall10"] > 0 and r["two_tower_recall10"] > 0, r'
 test -s "$ci_out/recsys/deepfm.ckpt" && test -s "$ci_out/recsys/bpr_mf.ckpt" && test -s "$ci_out/recsys/two_tower.ckpt"
 cargo run "${rel[@]}" --example recsys -- --bench-sparse --bench-rows 10000,1000000
+# The burn comparison's cases (issue #21), short, on lavapipe and the CPU backend: every
+# case gives two passes' rates as JSON lines.
+cargo run "${rel[@]}" --example bench -- --peer-cases --json --no-tune --seconds 0.1 --devices gpu,cpu \
+  | tee "$ci_out/peer.jsonl"
+.venv/bin/python -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(rows) == 20, len(rows)
+for r in rows:
+    assert len(r["rate"]) == 2 and all(x > 0 for x in r["rate"]) and r["first_ms"] > 0, r' "$ci_out/peer.jsonl"
 
 section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
 cargo test --release -p tessera-serve

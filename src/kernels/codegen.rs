@@ -815,7 +815,7 @@ impl<'a> Gen<'a> {
         let len: usize = tail.iter().product();
         (tail.len() <= td.len()
             && td[td.len() - tail.len()..] == *tail
-            && len % 4 == 0
+            && len.is_multiple_of(4)
             && len > 0
             && src.numel() == len)
             .then_some((src, len))

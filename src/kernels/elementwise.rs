@@ -22,7 +22,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.windows = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     g.decide_windows(root.storage_bytes());
-    let quads = n > 0 && n % 4 == 0 && !g.emit_windows && g.no_quantised_leaves();
+    let quads = n > 0 && n.is_multiple_of(4) && !g.emit_windows && g.no_quantised_leaves();
     if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
         if let Some(spec) = render_quads(root, is_leaf, caps)? {
             return Ok(spec);
