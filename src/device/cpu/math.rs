@@ -95,7 +95,7 @@ pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     let s = x * x;
     // x · (1 + s·P(s)) rather than x + x·s·P(s): the same rounding, and -0 stays -0.
-    let p = (((-5.704_988_7e-3 * s + 2.063_908_9e-2) * s - 5.373_971_6e-2) * s + 0.133_314_42) * s - 0.333_332_82;
+    let p = (((-5.704_988_7e-3 * s + 2.063_909e-2) * s - 5.373_971_6e-2) * s + 0.133_314_42) * s - 0.333_332_8;
     let small = x * (1.0 + s * p);
     let large = (1.0 - 2.0 / (exp(2.0 * a) + 1.0)).copysign(x);
     if a < 0.625 {
