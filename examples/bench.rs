@@ -44,9 +44,9 @@ struct Args {
     /// Batch sizes for bert-embed.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<usize>,
-    /// Minimum timed seconds per case.
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
+    /// Minimum timed seconds per case (1 by default, 2 with `--peer-cases`).
+    #[arg(long)]
+    seconds: Option<f64>,
     /// Skip the matmul autotuner (its cached result still applies; TESSERA_AUTOTUNE=0
     /// ignores the cache).
     #[arg(long)]
@@ -67,7 +67,7 @@ struct Args {
     blas: Option<String>,
     /// Run exactly the cases and the method of the table in issue #21 (burn 0.22.1's
     /// wgpu backend beside Tessera): 3 warm-ups, then at least 5 timed iterations until
-    /// `--seconds` (2 by default here), each forced to completion by reading back one
+    /// `--seconds`, each forced to completion by reading back one
     /// element of its output; every case twice, in two interleaved passes; each pass's
     /// median, and the first call's time (compile and tune). With `--json`, one line per
     /// case: `{"case", "device", "rate": [pass 1, pass 2], "unit", "median_ms": [..],
@@ -78,6 +78,13 @@ struct Args {
     /// milliseconds from process start (the child of `*-train`'s `cold_ms`).
     #[arg(long, hide = true)]
     cold_train: Option<String>,
+}
+
+impl Args {
+    /// The minimum timed seconds per case.
+    fn seconds(&self) -> f64 {
+        self.seconds.unwrap_or(if self.peer_cases { 2.0 } else { 1.0 })
+    }
 }
 
 struct Rows {
@@ -449,7 +456,7 @@ fn force(t: &Tensor) -> tessera::Result<()> {
 
 /// Issue #21's table on device `d`, by its method (see `Args::peer_cases`).
 fn peer_cases(d: &Device, name: &str, args: &Args, want: &dyn Fn(&str) -> bool) -> tessera::Result<()> {
-    let seconds = if args.seconds == 1.0 { 2.0 } else { args.seconds };
+    let seconds = args.seconds();
     let input = |shape: &[usize], seed: u64, dt: DType| -> tessera::Result<Tensor> {
         let t = (Tensor::rand(shape.to_vec(), seed, d) - 0.5).cast(dt);
         t.realize_blocking()?;
@@ -572,7 +579,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         let n = 1 << 20;
         let x = Tensor::rand([n], 1, d);
         sync(d, &x);
-        let (ms, cold) = time(args.seconds, || sync(d, &((&x * 2.0 + 1.0).gelu() * &x)));
+        let (ms, cold) = time(args.seconds(), || sync(d, &((&x * 2.0 + 1.0).gelu() * &x)));
         let gb = (n * 8) as f64 / 1e9;
         rows.push(Row {
             device: String::new(),
@@ -592,7 +599,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         }
         let x = Tensor::rand([1024, 1024], 2, d);
         sync(d, &x);
-        let (ms, cold) = time(args.seconds, || sync(d, &if op == 0 { x.sum(&[1], false) } else { x.softmax(-1) }));
+        let (ms, cold) = time(args.seconds(), || sync(d, &if op == 0 { x.sum(&[1], false) } else { x.softmax(-1) }));
         let gb = (1024 * 1024 * 4) as f64 / 1e9;
         rows.push(Row {
             device: String::new(),
@@ -609,7 +616,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
     if want("layer_norm") {
         let x = Tensor::rand([1024, 1024], 2, d);
         sync(d, &x);
-        let (ms, cold) = time(args.seconds, || sync(d, &x.layer_norm(None, None, 1e-5)));
+        let (ms, cold) = time(args.seconds(), || sync(d, &x.layer_norm(None, None, 1e-5)));
         rows.push(Row {
             device: String::new(),
             case: "layer_norm",
@@ -639,7 +646,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             sync(d, &a);
             sync(d, &w);
             let run = || if linear { a.matmul(&w.t()) } else { a.matmul(&w) };
-            let (ms, cold) = time(args.seconds, || sync(d, &run()));
+            let (ms, cold) = time(args.seconds(), || sync(d, &run()));
             let gflop = 2.0 * (m * n * k) as f64 / 1e9;
             let naive = naive_matmul_ms(d, m, n, k, if m * n * k > 1 << 30 { 1 } else { 3 });
             let mut extra = serde_json::json!({ "vs_naive": naive.map(|nm| nm / ms) });
@@ -665,7 +672,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         let b = Tensor::rand([8, 64, 128], 6, d);
         sync(d, &a);
         sync(d, &b);
-        let (ms, cold) = time(args.seconds, || sync(d, &a.matmul(&b)));
+        let (ms, cold) = time(args.seconds(), || sync(d, &a.matmul(&b)));
         rows.push(Row {
             device: String::new(),
             case: "matmul-batched",
@@ -688,7 +695,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             let x = if dt == DType::F16 { x32.cast(dt) } else { x32.clone() };
             let w = quant::convert_blocking(&w32, dt)?;
             sync(d, &w);
-            let (ms, cold) = time(args.seconds, || sync(d, &x.matmul(&w.t())));
+            let (ms, cold) = time(args.seconds(), || sync(d, &x.matmul(&w.t())));
             let bytes = match dt {
                 DType::F32 => 4.0,
                 DType::F16 => 2.0,
@@ -715,7 +722,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         sync(d, &x);
         let xs = x.to_vec_blocking::<f32>()?;
         for dt in [DType::Q8_0, DType::Q4_0] {
-            let (ms, cold) = time(args.seconds, || sync(d, &x.quantize(dt)));
+            let (ms, cold) = time(args.seconds(), || sync(d, &x.quantize(dt)));
             let t = Instant::now();
             let host = quant::quantize(dt, &xs);
             let host_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -740,7 +747,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         let w = (Tensor::rand([64, 64, 3, 3], 10, d) - 0.5) * 0.1;
         sync(d, &x);
         sync(d, &w);
-        let (ms, cold) = time(args.seconds, || sync(d, &x.conv2d(&w, None, Conv2dOptions::new(1, 1))));
+        let (ms, cold) = time(args.seconds(), || sync(d, &x.conv2d(&w, None, Conv2dOptions::new(1, 1))));
         rows.push(Row {
             device: String::new(),
             case: "conv2d",
@@ -759,7 +766,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                 let qkv: Vec<Tensor> =
                     (0..3).map(|i| (Tensor::rand([1, 12, seq, 64], 11 + i, d) - 0.5).cast(dt)).collect();
                 tessera::read_all_blocking(&qkv)?;
-                let (ms, cold) = time(args.seconds, || {
+                let (ms, cold) = time(args.seconds(), || {
                     sync(d, &Tensor::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, false))
                 });
                 rows.push(Row {
@@ -793,7 +800,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                                     .collect()
                             })
                             .collect();
-                        let (ms, cold) = time(args.seconds, || sync(d, &emb.embed_ids(&ids)));
+                        let (ms, cold) = time(args.seconds(), || sync(d, &emb.embed_ids(&ids)));
                         rows.push(Row {
                             device: String::new(),
                             case: "bert-embed",
@@ -825,7 +832,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         let before = d.stats();
         // Blocks of 10 steps, each ending with a readback; the median block over 10.
         let block = 10;
-        let (ms, _) = time(args.seconds, || t.steps(block));
+        let (ms, _) = time(args.seconds(), || t.steps(block));
         let ms = ms / block as f64;
         let after = d.stats();
         let steps = (t.opt.steps() - 1) as f64;
@@ -890,7 +897,7 @@ fn encoder_rows(d: &Device, args: &Args, rows: &mut Rows, want: &dyn Fn(&str) ->
                 Err(e) => eprintln!("bert-encoder skipped: {e} (run scripts/fetch_minilm.sh)"),
                 Ok(model) => {
                     let mask = Tensor::ones([batch, 128], DType::F32, d);
-                    let (ms, cold) = time(args.seconds, || sync(d, &model.forward(&ids_t, &mask)));
+                    let (ms, cold) = time(args.seconds(), || sync(d, &model.forward(&ids_t, &mask)));
                     push("bert-encoder", ms, cold);
                 }
             }
@@ -911,7 +918,7 @@ fn encoder_rows(d: &Device, args: &Args, rows: &mut Rows, want: &dyn Fn(&str) ->
                             .unwrap_or_else(|e| panic!("onnx-bert: {e}"));
                         out[0].tensor.clone()
                     };
-                    let (ms, cold) = time(args.seconds, || sync(d, &run()));
+                    let (ms, cold) = time(args.seconds(), || sync(d, &run()));
                     push("onnx-bert", ms, cold);
                 }
             }
@@ -935,7 +942,7 @@ fn blas_rows(python: &str, args: &Args, rows: &mut Rows) {
          \x20       s = time.perf_counter(); a @ b; t.append(time.perf_counter() - s)\n\
          \x20   t.sort(); print(n, t[len(t) // 2] * 1e3)\n",
         sizes.join(","),
-        args.seconds
+        args.seconds()
     );
     let out = match std::process::Command::new(python).args(["-c", &script]).output() {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),

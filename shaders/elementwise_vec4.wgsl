@@ -1,6 +1,7 @@
-// A fused element-wise kernel over whole quads: the output and every input are read at
-// the output's own index and hold a multiple of 4 elements, so each invocation loads its
-// inputs as vec4s, evaluates the expression once per lane and stores one vec4.
+// A fused element-wise kernel over whole quads: the output holds a multiple of 4
+// elements and every input is read at the output's own index or is a row of whole quads
+// repeated over leading axes, so each invocation loads its inputs as vec4s, evaluates
+// the expression once per lane and stores one vec4.
 // `store_quad` is generated (src/kernels/elementwise.rs). Each workgroup covers EPT * WG
 // consecutive quads, EPT per invocation, strided by WG.
 

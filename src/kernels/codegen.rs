@@ -119,10 +119,10 @@ pub(crate) struct Gen<'a> {
     /// Reductions: every windowed leaf's loads are checked against its window (the
     /// input may be split either by rows or as a whole).
     pub check_all_windows: bool,
-    /// Leaves read at the output's own index `i` become the parameters `p{k}` of the
-    /// expression function instead of loads (the vec4 element-wise kernel loads them
-    /// four at a time and passes one lane each). A load at any other index clears
-    /// `params_ok`.
+    /// Leaves read at the output's own index `i` (or repeated over leading axes, see
+    /// `param_period`) become the parameters `p{k}` of the expression function instead
+    /// of loads (the vec4 element-wise kernel loads them four at a time and passes one
+    /// lane each). A load at any other index clears `params_ok`.
     pub param_leaves: bool,
     pub params_ok: bool,
     /// In `param_leaves` mode, per leaf read through a broadcast over leading axes: the
@@ -494,25 +494,10 @@ impl<'a> Gen<'a> {
                     self.eval(&n.inputs[0], &Ix::lin(l), false)
                 }
             },
-            Op::Expand if self.param_leaves && ix.lin.as_deref() == Some("i") && self.periodic_leaf(t).is_some() => {
-                // A leaf repeated over leading axes (a bias row): at output index `i` it
-                // reads `i % len`, and a quad of the output reads one quad of it.
-                let (src, len) = self.periodic_leaf(t).unwrap_or_else(|| unreachable!("checked by the guard"));
-                let k = self.leaf(&src);
-                if self.param_direct.contains(&k) {
-                    self.params_ok = false;
-                }
-                let slot = match self.param_period.get(&k) {
-                    Some(&s) => s,
-                    None => {
-                        self.meta.push((len / 4) as u32);
-                        self.meta.len() - 1
-                    }
-                };
-                self.param_period.insert(k, slot);
-                return format!("p{k}");
-            }
             Op::Expand => {
+                if let Some(p) = self.periodic_param(t, ix) {
+                    return p;
+                }
                 let c = self.coords(ix, t);
                 let src = &n.inputs[0];
                 let off = t.rank() - src.rank();
@@ -794,6 +779,25 @@ impl<'a> Gen<'a> {
                 _ => None,
             })
             .collect()
+    }
+
+    /// In `param_leaves` mode, an expand node `t` at the output's own index whose source
+    /// is a leaf repeated over leading axes (a bias row): at output index `i` it reads
+    /// `i % len`, and a quad of the output reads one quad of it. Its parameter, or `None`.
+    fn periodic_param(&mut self, t: &Tensor, ix: &Ix) -> Option<String> {
+        if !self.param_leaves || ix.lin.as_deref() != Some("i") {
+            return None;
+        }
+        let (src, len) = self.periodic_leaf(t)?;
+        let k = self.leaf(&src);
+        if self.param_direct.contains(&k) {
+            self.params_ok = false;
+        }
+        if !self.param_period.contains_key(&k) {
+            self.meta.push((len / 4) as u32);
+            self.param_period.insert(k, self.meta.len() - 1);
+        }
+        Some(format!("p{k}"))
     }
 
     /// For an expand node `t` whose source is a (non-quantised) leaf equal to `t`'s

@@ -79,15 +79,15 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 }
 
 /// The vec4 variant: `root` has a multiple of 4 elements, fits one binding, and every
-/// leaf is read only at the output's own index. Each invocation loads a quad of every
+/// leaf is read only at the output's own index or is a row (a whole number of quads)
+/// repeated over leading axes. Each invocation loads a quad of every
 /// input as one vector, evaluates the expression per lane (the leaves are parameters of
 /// `eval_out`) and stores one vector: a quarter of the loads, stores and bounds checks,
 /// and no per-element index arithmetic. `None` if some leaf turns out not to qualify.
 fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
     let mut g = Gen::new(*caps, is_leaf);
     let n = root.numel();
-    g.slot(n as u32); // meta[0]: element count
-    g.slot((n / 4) as u32); // meta[1]: quad count
+    g.slot((n / 4) as u32); // meta[0]: quad count
     g.windows = true;
     g.param_leaves = true;
     let v = g.eval(root, &Ix::lin("i"), true);
@@ -96,7 +96,7 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
     }
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
-    let packed = |t: DType| t == DType::F16 && !caps.native_f16;
+    let packed = dt == DType::F16 && !caps.native_f16;
     if dt == DType::F16 {
         g.uses_f16 = true;
     }
@@ -147,12 +147,12 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
             let e = format!("eval_out({i}{})", args[c]);
             match dt {
                 DType::Bool => format!("select(0u, 1u, {e})"),
-                DType::F16 if packed(dt) => e,
+                DType::F16 if packed => e,
                 _ => format!("{}({e})", storage_type(dt, caps)),
             }
         })
         .collect();
-    let value = if packed(dt) {
+    let value = if packed {
         format!(
             "vec2<u32>(pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})))",
             lanes[0], lanes[1], lanes[2], lanes[3]
@@ -161,16 +161,16 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
         format!("{}({})", vec_type(dt), lanes.join(", "))
     };
     src.push_str(&format!(
-        "fn store_quad(q: u32) {{\n    if (q >= m(1u)) {{ return; }}\n    let i = 4u * q;\n{loads}    out[q] = {value};\n}}\n"
+        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{loads}    out[q] = {value};\n}}\n"
     ));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
     let label = label(&g.ops);
     let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
-    // Trusted (no runtime bounds checks): every access is at quad `q < n / 4`, and the
-    // output and every input hold at least `n / 4` quads (inputs read at the output's own
-    // index have at least its element count; gathers never take this kernel).
+    // Trusted (no runtime bounds checks): every access is at quad `q < n / 4` of the
+    // output and of inputs read at its own index (which hold at least its element count),
+    // or at `q % len` of a repeated row of `len` quads; gathers never take this kernel.
     spec.trusted = std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
     Ok(Some(spec))
 }
