@@ -515,6 +515,29 @@ fn matmul_shapes() {
             rand_t(&[3, 64], 14, -1.0, 1.0, d).matmul(&rand_t(&[70, 64], 15, -1.0, 1.0, d).t()),
         ]
     });
+    // The subgroup direct kernel (CPU adapters with subgroups; the fallback twin runs
+    // the kernel without): 1, 2, 4 rows and every multiple of 8 up to 32 per workgroup,
+    // row counts that leave partial tiles, each layout of A and B, batches, f16.
+    check_with("matmul subgroup row tiles", Some(Tol { atol: 1e-4, rtol: 1e-5 }), |d| {
+        let mut out = Vec::new();
+        for (i, m) in [1usize, 2, 3, 8, 12, 20, 28, 36, 44, 100].into_iter().enumerate() {
+            let s = 60 + 4 * i as u64;
+            let a = rand_t(&[m, 36], s, -1.0, 1.0, d);
+            let b = rand_t(&[36, 72], s + 1, -1.0, 1.0, d);
+            let bt = rand_t(&[300, 36], s + 2, -1.0, 1.0, d);
+            out.push(a.matmul(&b));
+            out.push(a.matmul(&bt.t()));
+            if m % 4 == 0 {
+                let at = rand_t(&[36, m], s + 3, -1.0, 1.0, d);
+                out.push(at.t().matmul(&b));
+                out.push(at.t().matmul(&bt.t()));
+            }
+        }
+        // Batched with a broadcast operand, and a thin output computed as C^T.
+        out.push(rand_t(&[3, 44, 16], 90, -1.0, 1.0, d).matmul(&rand_t(&[16, 132], 91, -1.0, 1.0, d)));
+        out.push(rand_t(&[100, 16], 92, -1.0, 1.0, d).matmul(&rand_t(&[16, 12], 93, -1.0, 1.0, d)));
+        out
+    });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {
         let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
         let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);

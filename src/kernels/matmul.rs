@@ -96,7 +96,16 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             ));
         }
     }
-    let (tm, tn, bm, bn) = tiles(m, n, vec4, caps.direct_matmul, caps, &mut src);
+    // A loaded once per subgroup and shared by shuffles (every subgroup 8 lanes or more).
+    let subgroup = caps.direct_matmul
+        && vec4
+        && caps.subgroup_min >= 8
+        && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0");
+    let (tm, tn, bm, bn) = if subgroup {
+        subgroup_tiles(m, n, caps, &mut src)
+    } else {
+        tiles(m, n, vec4, caps.direct_matmul, caps, &mut src)
+    };
     src.push_str(&format!(
         "const TRANS_A: bool = {trans_a};\nconst TRANS_B: bool = {trans_b};\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;\nconst OUT_T: bool = {swap};\n"
     ));
@@ -108,6 +117,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     }
     src.push_str(sources::MATMUL_BATCH);
     src.push_str(match (caps.direct_matmul, vec4) {
+        (true, true) if subgroup => sources::MATMUL_DIRECT_SUBGROUP,
         (true, true) => sources::MATMUL_DIRECT_VEC4,
         (true, false) => sources::MATMUL_DIRECT,
         (false, true) => sources::MATMUL_VEC4,
@@ -116,6 +126,7 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
     let kind = match (caps.direct_matmul, vec4) {
+        (true, true) if subgroup => "direct4sg_",
         (true, true) => "direct4_",
         (true, false) => "direct_",
         (false, true) => "vec4_",
@@ -252,6 +263,27 @@ fn tiles(
         let (tm, tn) = (per(m, caps.matmul_tile.0), per(n, caps.matmul_tile.1));
         (tm, tn, 16 * tm, 16 * tn)
     }
+}
+
+/// [`tiles`] for `matmul_direct_subgroup.wgsl`: rows per workgroup TM (1, 2 or 4 for
+/// tiny products, else a multiple of 8 up to 32: every 8 rows share one load per
+/// k-step, so taller tiles load less), lowered while the product would have fewer than
+/// 4 workgroups to spread over the adapter's threads.
+fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (usize, usize, usize, usize) {
+    let tn = match n {
+        0..=64 => 1,
+        65..=128 => 2,
+        _ => 4,
+    }
+    .min(caps.matmul_tile.1.max(1) as usize);
+    let lanes = 16 * tn;
+    let col_groups = n.div_ceil(lanes * 4).max(1);
+    let mut tm = if m <= 8 { m.next_power_of_two().max(1) } else { m.next_multiple_of(8).min(32) };
+    while tm > 8 && m.div_ceil(tm) * col_groups < 4 {
+        tm -= 8;
+    }
+    src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
+    (tm, 4, tm, lanes * 4)
 }
 
 /// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.

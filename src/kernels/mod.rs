@@ -32,6 +32,7 @@ pub mod sources {
     pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
     pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
     pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
+    pub const MATMUL_DIRECT_SUBGROUP: &str = include_str!("../../shaders/matmul_direct_subgroup.wgsl");
     pub const MATMUL_VEC4: &str = include_str!("../../shaders/matmul_vec4.wgsl");
     pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
     pub const NORM: &str = include_str!("../../shaders/norm.wgsl");
@@ -70,6 +71,10 @@ pub struct ShaderCaps {
     /// with window slots so the executor can split them (and only those, since the
     /// window arithmetic costs a little on every load).
     pub max_binding: u64,
+    /// Subgroup operations are available and every subgroup has at least this many
+    /// lanes (0: no subgroup operations). The direct matmul then loads A once per
+    /// subgroup (`matmul_direct_subgroup.wgsl`) where its rows per workgroup fit.
+    pub subgroup_min: u32,
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).

@@ -8,7 +8,7 @@ use crate::{DType, Device, Result, Tensor};
 
 /// The two storage conventions for f16, both matmul families, and (with a zero binding
 /// limit) the windowed forms of element-wise kernels and reductions.
-pub fn all_caps() -> [ShaderCaps; 8] {
+pub fn all_caps() -> [ShaderCaps; 10] {
     let caps = |native_f16, direct_matmul, matmul_tile, max_binding| ShaderCaps {
         native_f16,
         max_workgroups: 65535,
@@ -17,6 +17,7 @@ pub fn all_caps() -> [ShaderCaps; 8] {
         tiled_vec4: false,
         implicit_gemm: !direct_matmul,
         max_binding,
+        subgroup_min: 0,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -27,6 +28,8 @@ pub fn all_caps() -> [ShaderCaps; 8] {
         caps(false, true, (8, 4), 0),
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (4, 4), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (4, 4), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, ..caps(true, true, (8, 4), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, ..caps(false, true, (8, 2), 1 << 30) },
     ]
 }
 
@@ -278,10 +281,15 @@ mod tests {
         let module = naga::front::wgsl::parse_str(&spec.source).map_err(|e| e.emit_to_string(&spec.source))?;
         // pack2x16float/unpack2x16float: granted by wgpu on every adapter we target.
         let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        if spec.source.contains("subgroup") {
+            caps |= naga::valid::Capabilities::SUBGROUP;
+        }
         if native_f16 {
             caps |= naga::valid::Capabilities::SHADER_FLOAT16;
         }
         let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all())
             .validate(&module)
             .map_err(|e| e.emit_to_string(&spec.source))?;
         let spv_opts = naga::back::spv::Options::default();

@@ -260,6 +260,12 @@ impl GpuContext {
             c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
         }
         ctx.caps.max_binding = ctx.info.capabilities.max_storage_buffer_binding_size;
+        // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
+        // which naga's front-end (and so wgpu's native path) refuses.
+        let c = &ctx.info.capabilities;
+        if c.subgroups && !cfg!(target_arch = "wasm32") && std::env::var("TESSERA_SUBGROUPS").as_deref() != Ok("0") {
+            ctx.caps.subgroup_min = c.subgroup_min_size;
+        }
         Ok(ctx)
     }
 
@@ -293,6 +299,7 @@ impl GpuContext {
                 tiled_vec4: true,
                 implicit_gemm: !crate::kernels::matmul::prefer_direct("Other"),
                 max_binding: caps.max_storage_buffer_binding_size,
+                subgroup_min: 0,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),
