@@ -506,3 +506,43 @@ fn placement_prefers_a_hardware_gpu_then_the_cpu_backend() {
         assert!(!gpu.is_cpu());
     }
 }
+
+#[test]
+fn sibling_outputs_of_one_shape_are_one_kernel() {
+    // An optimiser's new weight and both moments, realised together: one kernel that
+    // computes the moments once and stores all three (the CPU backend runs three loops).
+    let d = private_device(DeviceOptions::default()).expect("a GPU device");
+    for n in [4096usize, 1001] {
+        let (p, g, m0, v0) = (
+            rand_t(&[n], 1, -1.0, 1.0, &d),
+            rand_t(&[n], 2, -1.0, 1.0, &d),
+            rand_t(&[n], 3, -1.0, 1.0, &d),
+            rand_t(&[n], 4, 0.0, 1.0, &d),
+        );
+        tessera::read_all_blocking(&[p.clone(), g.clone(), m0.clone(), v0.clone()]).unwrap();
+        let m = &m0 * 0.9 + &g * 0.1;
+        let v = &v0 * 0.999 + &g.square() * 0.001;
+        let np = &p - &(&m / &(v.sqrt() + 1e-8)) * 0.01;
+        let before = d.stats();
+        let got = tessera::read_all_blocking(&[np, m, v]).unwrap();
+        let s = d.stats();
+        assert_eq!(s.kernels_dispatched - before.kernels_dispatched, 1, "n = {n}: weight and moments in one kernel");
+        assert_eq!(s.submits - before.submits, 1);
+        let host = |t: &Tensor| t.to_f64_vec_blocking().unwrap();
+        let (p, g, m0, v0) = (host(&p), host(&g), host(&m0), host(&v0));
+        let wm: Vec<f64> = (0..n).map(|i| m0[i] * 0.9 + g[i] * 0.1).collect();
+        let wv: Vec<f64> = (0..n).map(|i| v0[i] * 0.999 + g[i] * g[i] * 0.001).collect();
+        let wp: Vec<f64> = (0..n).map(|i| p[i] - wm[i] / (wv[i].sqrt() + 1e-8) * 0.01).collect();
+        let tol = Tol { atol: 1e-5, rtol: 1e-5 };
+        assert_close("weight", &got[0], &wp, tol);
+        assert_close("first moment", &got[1], &wm, tol);
+        assert_close("second moment", &got[2], &wv, tol);
+    }
+    // Outputs of another shape, or that share nothing, stay separate kernels.
+    let x = rand_t(&[64], 5, -1.0, 1.0, &d);
+    let y = rand_t(&[32], 6, -1.0, 1.0, &d);
+    tessera::read_all_blocking(&[x.clone(), y.clone()]).unwrap();
+    let before = d.stats();
+    tessera::read_all_blocking(&[x.exp(), x.narrow(0, 0, 32) + &y, y.relu()]).unwrap();
+    assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, 2, "[64] alone, the two [32] together");
+}

@@ -461,6 +461,28 @@ fn fused_chains_of_movement_and_elementwise() {
 }
 
 #[test]
+fn sibling_outputs_in_one_kernel() {
+    // Element-wise results of one shape realised together share a kernel on a GPU
+    // (over whole quads or element by element): every dtype in and out, a result read
+    // by another, repeated rows, odd lengths.
+    check("siblings", |d| {
+        let mut out = Vec::new();
+        for n in [12usize, 4100, 4099] {
+            let x = rand_t(&[n], n as u64, -1.0, 1.0, d);
+            let y = rand_t(&[n], n as u64 + 1, -1.0, 1.0, d);
+            let a = (&x * 2.0 + &y).tanh();
+            let b = &a * &y - 1.0;
+            out.extend([a.clone(), b.clone(), (&b * &x).exp(), x.gt(&y), (&x * 8.0).cast(DType::I32)]);
+            out.extend([(&x + &y).cast(DType::F16), (&x - &y).cast(DType::F16)]);
+        }
+        let m = rand_t(&[6, 8], 7, -1.0, 1.0, d);
+        let row = rand_t(&[8], 8, -1.0, 1.0, d);
+        out.extend([&m + &row, (&m * &row).relu(), (&m - &row).abs()]);
+        out
+    });
+}
+
+#[test]
 fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide
     // ones several column blocks; M = 1 the GEMV shape.

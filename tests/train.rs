@@ -336,3 +336,31 @@ fn mixed_precision_trains_with_f32_master_weights() {
         assert!(last < 0.5 * losses[0], "f16 loss {} -> {last} on {}", losses[0], label(dev));
     }
 }
+
+#[test]
+fn adam_updates_each_parameter_in_one_kernel() {
+    // The weight and both moments of a parameter are one multi-output kernel, so an
+    // Adam step dispatches exactly as many kernels as a plain SGD step.
+    let _s = serial();
+    let dev = common::private_gpu(Default::default()).expect("a GPU device");
+    let kernels = |opt: &mut dyn Optimizer| -> Vec<u64> {
+        let mut model = mlp(&dev);
+        (0..3)
+            .map(|k| {
+                let (x, y) = batch(&dev, k);
+                tessera::read_all_blocking(&[x.clone(), y.clone()]).unwrap();
+                let before = dev.stats();
+                let l = loss::cross_entropy(&model.forward(&x), &y);
+                opt.step(&mut model, &l).unwrap();
+                let s = dev.stats();
+                assert_eq!(s.submits - before.submits, 1, "one submit per step");
+                s.kernels_dispatched - before.kernels_dispatched
+            })
+            .collect()
+    };
+    let sgd = kernels(&mut Sgd::new(0.1));
+    let adam = kernels(&mut Adam::new(1e-3));
+    let adamw = kernels(&mut Adam::adamw(1e-3, 0.01));
+    assert_eq!(adam, sgd, "Adam: one kernel per parameter, as SGD");
+    assert_eq!(adamw, sgd, "AdamW: one kernel per parameter, as SGD");
+}

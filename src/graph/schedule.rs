@@ -33,6 +33,9 @@ pub const MAX_FUSED_DEPTH: usize = 48;
 pub struct ScheduledKernel {
     pub root: Tensor,
     pub kind: KernelKind,
+    /// More element-wise roots of the root's shape that the same kernel computes and
+    /// stores, each at the same index (see [`group_siblings`]); empty for most kernels.
+    pub siblings: Vec<Tensor>,
 }
 
 /// Kernels in execution order.
@@ -302,9 +305,115 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     let kernels = order
         .iter()
         .filter(|t| mat.contains(&t.id()))
-        .map(|t| ScheduledKernel { root: t.clone(), kind: t.op().kernel_kind().unwrap_or(KernelKind::Elementwise) })
+        .map(|t| ScheduledKernel {
+            root: t.clone(),
+            kind: t.op().kernel_kind().unwrap_or(KernelKind::Elementwise),
+            siblings: Vec::new(),
+        })
         .collect();
     Schedule { kernels: scatters_last(kernels, &mat), materialised: mat }
+}
+
+/// Most roots one multi-output element-wise kernel computes.
+pub const MAX_SIBLINGS: usize = 6;
+
+/// Horizontal fusion: element-wise kernels of one shape that share an input, or read
+/// one another's outputs, become one kernel with several outputs (an optimiser's new
+/// weight and both moments: one kernel per parameter instead of three). The first keeps
+/// its place in the order and the others join it as `siblings`; inside the kernel a
+/// sibling read by another is computed, not loaded. A kernel joins a group only when
+/// every buffer it reads is realised, produced before the group's place or a member of
+/// the group; when no in-place row write lies between; when the group's inputs and
+/// extra outputs stay within `max_inputs` bindings; and when every tensor involved fits
+/// one binding of `max_binding` bytes (multi-output kernels do not split into windows).
+pub fn group_siblings(s: &mut Schedule, max_inputs: usize, max_binding: u64) {
+    let mat = &s.materialised;
+    let at: HashMap<u64, usize> = s.kernels.iter().enumerate().map(|(j, k)| (k.root.id(), j)).collect();
+    // The buffers each kernel's fused expression reads.
+    let reads = |root: &Tensor| -> Vec<Tensor> {
+        let (mut out, mut seen) = (Vec::new(), HashSet::new());
+        let mut stack: Vec<Tensor> = root.node().inputs.clone();
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t.id()) {
+                continue;
+            }
+            if t.is_realized() || mat.contains(&t.id()) {
+                out.push(t);
+            } else {
+                stack.extend(t.node().inputs.iter().cloned());
+            }
+        }
+        out
+    };
+    struct Group {
+        first: usize,
+        members: Vec<usize>,
+        ids: HashSet<u64>,
+        leaves: HashSet<u64>,
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    let mut joined: HashMap<usize, usize> = HashMap::new();
+    for (j, k) in s.kernels.iter().enumerate() {
+        let fits = |t: &Tensor| t.storage_bytes() <= max_binding;
+        if k.kind == KernelKind::Scatter {
+            // No group reaches across an in-place write.
+            groups.clear();
+            continue;
+        }
+        if k.kind != KernelKind::Elementwise || !fits(&k.root) {
+            continue;
+        }
+        let leaves = reads(&k.root);
+        if !leaves.iter().all(fits) {
+            continue;
+        }
+        let found = groups.iter().rposition(|g| {
+            let head = &s.kernels[g.first].root;
+            let ready = leaves.iter().all(|l| at.get(&l.id()).is_none_or(|&p| p < g.first || g.ids.contains(&l.id())));
+            let related = leaves.iter().any(|l| g.leaves.contains(&l.id()) || g.ids.contains(&l.id()));
+            let mut all: HashSet<u64> = g.leaves.iter().copied().chain(leaves.iter().map(|l| l.id())).collect();
+            all.retain(|id| !g.ids.contains(id) && *id != k.root.id());
+            head.dims() == k.root.dims()
+                && ready
+                && related
+                && g.members.len() < MAX_SIBLINGS
+                && all.len() + g.members.len() <= max_inputs
+        });
+        match found {
+            Some(gi) => {
+                let g = &mut groups[gi];
+                g.members.push(j);
+                g.ids.insert(k.root.id());
+                g.leaves.extend(leaves.iter().map(|l| l.id()));
+                joined.insert(j, g.first);
+            }
+            None => groups.push(Group {
+                first: j,
+                members: vec![j],
+                ids: HashSet::from([k.root.id()]),
+                leaves: leaves.iter().map(|l| l.id()).collect(),
+            }),
+        }
+    }
+    if joined.is_empty() {
+        return;
+    }
+    let mut siblings: HashMap<usize, Vec<Tensor>> = HashMap::new();
+    for (&j, &first) in &joined {
+        siblings.entry(first).or_default().push(s.kernels[j].root.clone());
+    }
+    let mut kernels = Vec::with_capacity(s.kernels.len() - joined.len());
+    for (j, mut k) in std::mem::take(&mut s.kernels).into_iter().enumerate() {
+        if joined.contains_key(&j) {
+            continue;
+        }
+        if let Some(mut sib) = siblings.remove(&j) {
+            sib.sort_by_key(|t| at[&t.id()]);
+            k.siblings = sib;
+        }
+        kernels.push(k);
+    }
+    s.kernels = kernels;
 }
 
 /// Move in-place row writes (`ScatterRows`) after every other kernel, so whatever reads

@@ -765,6 +765,7 @@ impl<'a> Gen<'a> {
             window: None,
             rows: None,
             alias: None,
+            extra_outputs: Vec::new(),
         }
     }
 

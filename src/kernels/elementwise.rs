@@ -175,6 +175,171 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
     Ok(Some(spec))
 }
 
+/// The kernels of element-wise `roots` of one shape that the scheduler grouped
+/// ([`group_siblings`](crate::graph::schedule::group_siblings)): one kernel that evaluates
+/// them all at each index and stores each (a root read by another is computed, not
+/// loaded), or, where that kernel does not apply (packed f16 outputs off whole quads,
+/// bounds-checked gathers, windows), one kernel per root in order.
+pub fn render_siblings(
+    roots: &[Tensor],
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+) -> Result<Vec<KernelSpec>> {
+    let ids: std::collections::HashSet<u64> = roots.iter().map(|r| r.id()).collect();
+    let inner = |t: &Tensor| is_leaf(t) && !ids.contains(&t.id());
+    let n = roots[0].numel();
+    if n > 0 && n.is_multiple_of(4) && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
+        if let Some(spec) = render_multi(roots, &inner, caps, true)? {
+            return Ok(vec![spec]);
+        }
+    }
+    if let Some(spec) = render_multi(roots, &inner, caps, false)? {
+        return Ok(vec![spec]);
+    }
+    roots.iter().map(|r| render(r, is_leaf, caps)).collect()
+}
+
+/// The multi-output kernel of [`render_siblings`], over quads (`quads`, the vec4 form of
+/// [`render_quads`]) or element by element; `None` where it does not apply.
+fn render_multi(
+    roots: &[Tensor],
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+    quads: bool,
+) -> Result<Option<KernelSpec>> {
+    let mut g = Gen::new(*caps, is_leaf);
+    let n = roots[0].numel();
+    g.slot(if quads { n / 4 } else { n } as u32); // meta[0]: quad or element count
+    if !quads {
+        // meta[1], meta[2]: the scalar entry point's first thread and output base (0:
+        // a multi-output kernel is one dispatch over whole buffers).
+        g.slot(0);
+        g.slot(0);
+    }
+    g.windows = true;
+    g.param_leaves = quads;
+    let vals: Vec<String> = roots.iter().map(|r| g.eval(r, &Ix::lin("i"), true)).collect();
+    let biggest = roots.iter().map(|r| r.storage_bytes()).max().unwrap_or(0);
+    g.decide_windows(biggest);
+    let packed = |t: &Tensor| t.dtype() == DType::F16 && !caps.native_f16;
+    let ok = !g.emit_windows
+        && g.checks.is_empty()
+        && (!quads || (g.params_ok && g.no_quantised_leaves()))
+        && (quads || !roots.iter().any(packed));
+    if !ok {
+        return Ok(None);
+    }
+    let body = std::mem::take(&mut g.body);
+    if roots.iter().any(|r| r.dtype() == DType::F16) {
+        g.uses_f16 = true;
+    }
+    let vec_type = |t: DType| match t {
+        DType::F32 => "vec4<f32>",
+        DType::I32 => "vec4<i32>",
+        DType::F16 if caps.native_f16 => "vec4<f16>",
+        DType::F16 => "vec2<u32>",
+        _ => "vec4<u32>",
+    };
+    let elem_type = |t: DType| if quads { vec_type(t) } else { storage_type(t, caps) };
+    let mut src = header_with_out(g.meta.len(), elem_type(roots[0].dtype()), g.uses_f16, caps);
+    // Inputs at 2.., then the further outputs.
+    let leaves = g.leaves.len();
+    let mut params = vec!["i: u32".to_string()];
+    let mut loads = String::new();
+    let mut args = vec![String::new(); 4];
+    const LANE: [&str; 4] = ["x", "y", "z", "w"];
+    for (k, t) in g.leaves.iter().enumerate() {
+        if quads {
+            src.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
+                2 + k,
+                vec_type(t.dtype())
+            ));
+            params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
+            match g.param_period.get(&k) {
+                Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[q % m({slot}u)];\n")),
+                None => loads.push_str(&format!("    let a{k} = in{k}[q];\n")),
+            }
+            for (c, a) in args.iter_mut().enumerate() {
+                let v = format!("a{k}");
+                a.push_str(&match t.dtype() {
+                    DType::Bool => format!(", ({v}.{} != 0u)", LANE[c]),
+                    DType::F16 if caps.native_f16 => format!(", f32({v}.{})", LANE[c]),
+                    DType::F16 => format!(", unpack2x16float({v}.{})[{}u]", LANE[c / 2], c % 2),
+                    _ => format!(", {v}.{}", LANE[c]),
+                });
+            }
+        }
+    }
+    if !quads {
+        src.push_str(&g.leaf_decls());
+    }
+    for (j, r) in roots.iter().enumerate().skip(1) {
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read_write> out{j}: array<{}>;\n",
+            1 + leaves + j,
+            elem_type(r.dtype())
+        ));
+    }
+    src.push_str(&g.support(1 + (leaves + roots.len()) as u32));
+    let fields: Vec<String> =
+        roots.iter().enumerate().map(|(j, r)| format!("o{j}: {}", super::compute_type(r.dtype()))).collect();
+    src.push_str(&format!("struct Outs {{ {} }}\n", fields.join(", ")));
+    src.push_str(&format!(
+        "fn eval_out({}) -> Outs {{\n{body}    return Outs({});\n}}\n",
+        params.join(", "),
+        vals.join(", ")
+    ));
+    let name = |j: usize| if j == 0 { "out".to_string() } else { format!("out{j}") };
+    let store = |t: DType, e: String| match t {
+        DType::Bool => format!("select(0u, 1u, {e})"),
+        _ => format!("{}({e})", storage_type(t, caps)),
+    };
+    if quads {
+        let mut body = String::new();
+        for (c, a) in args.iter().enumerate() {
+            let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
+            body.push_str(&format!("    let r{c} = eval_out({i}{a});\n"));
+        }
+        for (j, r) in roots.iter().enumerate() {
+            let dt = r.dtype();
+            let value = if packed(r) {
+                format!(
+                    "vec2<u32>(pack2x16float(vec2<f32>(r0.o{j}, r1.o{j})), pack2x16float(vec2<f32>(r2.o{j}, r3.o{j})))"
+                )
+            } else {
+                let lanes: Vec<String> = (0..4).map(|c| store(dt, format!("r{c}.o{j}"))).collect();
+                format!("{}({})", vec_type(dt), lanes.join(", "))
+            };
+            body.push_str(&format!("    {}[q] = {value};\n", name(j)));
+        }
+        src.push_str(&format!(
+            "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{loads}{body}}}\n"
+        ));
+        src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+        src.push_str(sources::ELEMENTWISE_VEC4);
+    } else {
+        let mut body = String::from("    if (i >= m(0u)) { return; }\n    let r = eval_out(i);\n");
+        for (j, r) in roots.iter().enumerate() {
+            body.push_str(&format!("    {}[i] = {};\n", name(j), store(r.dtype(), format!("r.o{j}"))));
+        }
+        src.push_str(&format!("fn store_out(i: u32) {{\n{body}}}\n"));
+        src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+        src.push_str(sources::ELEMENTWISE);
+    }
+    let label = format!("multi{}_{}", roots.len(), label(&g.ops));
+    let per_group = WG as u64 * EPT as u64;
+    let units = if quads { n / 4 } else { n } as u64;
+    let workgroups = fold_groups(units.div_ceil(per_group), caps, &label)?;
+    let mut spec = g.finish(label, src, &roots[0], workgroups);
+    spec.extra_outputs = roots[1..].to_vec();
+    // Trusted as the single-output kernels of the same form: every access is at the
+    // output's own index (quad) or a repeated row's, and gathers are bounds-checked
+    // (kernels with checks do not take this form).
+    spec.trusted = quads && std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
+    Ok(Some(spec))
+}
+
 /// `fused(add,mul,gelu)`, or `copy` for a pure data movement.
 fn label(ops: &[String]) -> String {
     let mut seen: Vec<&str> = Vec::new();

@@ -128,6 +128,10 @@ pub struct KernelSpec {
     /// An in-place kernel (`ScatterRows`): the tensor whose buffer is also the output,
     /// bound as the output only.
     pub alias: Option<Tensor>,
+    /// A multi-output element-wise kernel's further outputs, of the output's shape,
+    /// bound after the inputs (`2 + inputs.len() + k`); such a kernel runs as one
+    /// dispatch over whole buffers and has no bounds checks.
+    pub extra_outputs: Vec<Tensor>,
 }
 
 /// How a matrix product splits by rows: the meta slot holding M, the elements of one
@@ -199,6 +203,7 @@ impl KernelSpec {
             window: None,
             rows: None,
             alias: None,
+            extra_outputs: Vec::new(),
         }
     }
 }
@@ -206,11 +211,24 @@ impl KernelSpec {
 /// Render a schedule into kernels: schedule the graph under `targets` for a device
 /// with these capabilities and render every kernel (no GPU work).
 pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tensor]) -> Result<Vec<KernelSpec>> {
-    let sched = crate::graph::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
+    let mut sched = crate::graph::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
+    if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
+        crate::graph::schedule::group_siblings(&mut sched, max_inputs, caps.max_binding);
+    }
     let is_leaf = |t: &Tensor| sched.is_buffer(t);
     let mut specs = Vec::with_capacity(sched.kernels.len());
     for k in &sched.kernels {
         let spec = match k.kind {
+            KernelKind::Elementwise if !k.siblings.is_empty() => {
+                let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
+                for spec in elementwise::render_siblings(&roots, &is_leaf, caps)? {
+                    if spec.output.dtype().is_quantized() {
+                        return Err(quantized_output(&spec.output));
+                    }
+                    specs.push(spec);
+                }
+                continue;
+            }
             KernelKind::Elementwise => elementwise::render(&k.root, &is_leaf, caps)?,
             KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
             KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,

@@ -123,6 +123,15 @@ fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Resu
         }
         let whole = |t: &Tensor| (0, t.storage_bytes());
         let too_big = bytes > bind_limit || s.inputs.iter().any(|t| t.storage_bytes() > bind_limit);
+        if let Some(big) = s.extra_outputs.iter().chain(&s.inputs).find(|t| t.storage_bytes() > bind_limit) {
+            if !s.extra_outputs.is_empty() {
+                return Err(Error::Limit {
+                    what: format!("multi-output kernel {}: tensor of shape {:?} in one binding", s.label, big.dims()),
+                    needed: big.storage_bytes(),
+                    limit: bind_limit,
+                });
+            }
+        }
         if !too_big {
             out.push(vec![Dispatch {
                 meta: s.meta.clone(),
@@ -407,6 +416,14 @@ pub(crate) async fn run(
             (None, None) => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
+        let mut extra = Vec::with_capacity(s.extra_outputs.len());
+        for t in &s.extra_outputs {
+            let need = t.storage_bytes();
+            extra.push(match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
+                Some(p) => local_free.swap_remove(p),
+                None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
+            });
+        }
         let mut pipeline_of = None;
         let chunks = &dispatches[j];
         for (c, d) in chunks.iter().enumerate() {
@@ -434,6 +451,12 @@ pub(crate) async fn run(
                 entries.push(wgpu::BindGroupEntry {
                     binding: 2 + k as u32,
                     resource: binding(b.buffer(), range.0, range.1),
+                });
+            }
+            for (e, (b, t)) in extra.iter().zip(&s.extra_outputs).enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: (2 + s.inputs.len() + e) as u32,
+                    resource: binding(b.buffer(), 0, t.storage_bytes()),
                 });
             }
             if let (false, Some(st)) = (s.checks.is_empty(), &status) {
@@ -466,6 +489,9 @@ pub(crate) async fn run(
         }
         meta_index += chunks.len();
         produced.insert(s.output.id(), out);
+        for (t, b) in s.extra_outputs.iter().zip(extra) {
+            produced.insert(t.id(), b);
+        }
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) && !target_ids.contains(&i.id()) && s.alias.is_none() {
                 if let Some(b) = produced.remove(&i.id()) {

@@ -35,6 +35,7 @@ struct CachedKernel {
     window: Option<crate::kernels::Window>,
     rows: Option<crate::kernels::RowSplit>,
     alias: Option<usize>,
+    extra_outputs: Vec<usize>,
 }
 
 struct CachedPlan {
@@ -75,6 +76,7 @@ impl PlanCache {
                 window: k.window.clone(),
                 rows: k.rows.clone(),
                 alias: k.alias.map(|a| sig.nodes[a].clone()),
+                extra_outputs: k.extra_outputs.iter().map(|&i| sig.nodes[i].clone()).collect(),
             });
         }
         Some(out)
@@ -97,6 +99,9 @@ impl PlanCache {
                 },
                 None => None,
             };
+            let Some(extra_outputs) = s.extra_outputs.iter().map(at).collect::<Option<Vec<_>>>() else {
+                return;
+            };
             let mut patches = Vec::with_capacity(s.patches.len());
             for p in &s.patches {
                 let Some(n) = sig.position(&p.node) else { return };
@@ -116,6 +121,7 @@ impl PlanCache {
                 window: s.window.clone(),
                 rows: s.rows.clone(),
                 alias,
+                extra_outputs,
             });
         }
         if let Ok(mut m) = self.plans.lock() {
