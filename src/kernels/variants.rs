@@ -259,12 +259,31 @@ impl Tensor {
     }
 }
 
+/// Target sets realised together whose kernels have several outputs (see
+/// `graph::schedule::group_siblings`): an optimiser-like update over whole quads and
+/// over an odd length, and outputs of every dtype.
+pub fn covering_groups() -> Vec<Vec<Tensor>> {
+    let d = Device::cpu();
+    let mut out = Vec::new();
+    for n in [8usize, 7] {
+        let x = Tensor::from_slice(&vec![0.5f32; n], [n], &d);
+        let g = Tensor::from_slice(&vec![-0.25f32; n], [n], &d);
+        let m = &x * 0.9 + &g * 0.1;
+        let v = &x * 0.99 + &g.square() * 0.01;
+        let p = &x - &(&m / &(v.sqrt() + 1e-8));
+        out.push(vec![p, m, v]);
+        out.push(vec![x.exp(), x.gt(&g), (&x * 4.0).cast(DType::I32), (&x + &g).cast(DType::F16), x.cast(DType::U32)]);
+    }
+    out
+}
+
 /// Render every covering kernel for `caps`, deduplicated by source.
 pub fn render_all(caps: &ShaderCaps) -> Result<Vec<KernelSpec>> {
     let mut seen = std::collections::HashSet::new();
     let mut specs = Vec::new();
-    for t in covering_graphs() {
-        for s in super::plan_kernels(caps, 14, std::slice::from_ref(&t))? {
+    let singles = covering_graphs().into_iter().map(|t| vec![t]);
+    for targets in singles.chain(covering_groups()) {
+        for s in super::plan_kernels(caps, 14, &targets)? {
             if seen.insert(s.source.clone()) {
                 specs.push(s);
             }
@@ -320,6 +339,9 @@ mod tests {
                     failures.push(format!("{} (native_f16={}): {e}\n{}", s.label, caps.native_f16, s.source));
                 }
             }
+            // (Multi-output kernels never take windows: none where every tensor is "large".)
+            let multi = specs.iter().any(|s| !s.extra_outputs.is_empty());
+            assert!(multi || caps.max_binding == 0, "multi-output kernels are covered");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
