@@ -13,7 +13,8 @@
 //! `quant_err`, the output's relative RMS error against f32), `conv2d` (batch 8,
 //! 64->64 channels, 56x56, 3x3, padding 1), `attention` (1 x 12 heads x seq 128 and
 //! 512 x 64, f32 and f16), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
-//! and 32, Linear weights in f32, f16, q8_0 and q4_0; needs scripts/fetch_minilm.sh),
+//! and 32, Linear weights in f32, f16, q8_0 and q4_0, with the dispatches one embedding
+//! call runs; needs scripts/fetch_minilm.sh),
 //! `bert-encoder` and `onnx-bert` (the same MiniLM encoder at batch x 128, f32, to the
 //! last hidden state: the native `models::bert` path, and the ONNX file that
 //! scripts/make_minilm_onnx.sh builds, imported with `tessera::onnx`),
@@ -685,6 +686,32 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             extra: None,
         });
     }
+    if want("linear-gelu") {
+        // BERT's feed-forward up-projection: x @ w.t() + b, then GELU (one kernel when the
+        // epilogue is fused into the product's store; TESSERA_EPILOGUE=0 for two).
+        for (m, n, k) in [(128usize, 1536usize, 384usize), (1024, 1024, 1024)] {
+            let x = Tensor::rand([m, k], 5, d) - 0.5;
+            let w = Tensor::rand([n, k], 6, d) - 0.5;
+            let b = Tensor::rand([n], 7, d) - 0.5;
+            tessera::read_all_blocking(&[x.clone(), w.clone(), b.clone()])?;
+            let run = || (x.matmul(&w.t()) + &b).gelu();
+            let (ms, cold) = time(args.seconds(), || sync(d, &run()));
+            let before = d.stats();
+            sync(d, &run());
+            let dispatches = d.stats().kernels_dispatched - before.kernels_dispatched;
+            rows.push(Row {
+                device: String::new(),
+                case: "linear-gelu",
+                dtype: "f32".into(),
+                shape: format!("{m}x{n}x{k}"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: 2.0 * (m * n * k) as f64 / 1e9 / (ms / 1e3),
+                unit: "GFLOP/s",
+                extra: Some(serde_json::json!({ "dispatches": dispatches })),
+            });
+        }
+    }
     if want("gemv") {
         let (n, k) = (4096usize, 4096usize);
         let x32 = Tensor::rand([1, k], 7, d) - 0.5;
@@ -801,6 +828,9 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                             })
                             .collect();
                         let (ms, cold) = time(args.seconds(), || sync(d, &emb.embed_ids(&ids)));
+                        let before = d.stats();
+                        sync(d, &emb.embed_ids(&ids));
+                        let dispatches = d.stats().kernels_dispatched - before.kernels_dispatched;
                         rows.push(Row {
                             device: String::new(),
                             case: "bert-embed",
@@ -810,7 +840,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                             cold_ms: cold,
                             rate: batch as f64 / (ms / 1e3),
                             unit: "sentences/s",
-                            extra: None,
+                            extra: Some(serde_json::json!({ "dispatches": dispatches })),
                         });
                     }
                     // Back to f32 for the next dtype (quantise from the original weights).

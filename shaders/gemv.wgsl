@@ -74,7 +74,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             for (var j = 0u; j < CPL; j = j + 1u) {
                 let c = col0 + j * COLS;
                 if (row0 + i < M && c < N) {
-                    out[off_c + (row0 + i) * N + c] = acc[i * CPL + j];
+                    store_c(off_c + (row0 + i) * N + c, acc[i * CPL + j]);
                 }
             }
         }

@@ -91,7 +91,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let r = row0 + i * 16u + lid.y;
             let c = col0 + j * 16u + lid.x;
             if (r < M && c < N) {
-                out[off_c + r * N + c] = acc[i * TN + j];
+                store_c(off_c + r * N + c, acc[i * TN + j]);
             }
         }
     }

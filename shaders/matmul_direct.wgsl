@@ -80,7 +80,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             let c = col0 + j * LANES + lid.x;
             if (r < M && c < N) {
                 // OUT_T: this is C^T of the product asked for (see matmul.rs).
-                out[off_c + select(r * N + c, c * M + r, OUT_T)] = acc[i * TN + j];
+                store_c(off_c + select(r * N + c, c * M + r, OUT_T), acc[i * TN + j]);
             }
         }
     }

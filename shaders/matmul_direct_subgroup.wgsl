@@ -59,7 +59,7 @@ fn store_row(i: u32, acc: vec4<f32>) {
     for (var j = 0u; j < 4u; j = j + 1u) {
         let c = c0 + j;
         if (i < TM && r < M && c < N) {
-            out[off_c + select(r * N + c, c * M + r, OUT_T)] = acc[j];
+            store_c(off_c + select(r * N + c, c * M + r, OUT_T), acc[j]);
         }
     }
 }

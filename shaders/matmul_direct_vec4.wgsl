@@ -100,7 +100,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (var j = 0u; j < 4u; j = j + 1u) {
             let c = c0 + j;
             if (r < M && c < N) {
-                out[off_c + select(r * N + c, c * M + r, OUT_T)] = acc[i][j];
+                store_c(off_c + select(r * N + c, c * M + r, OUT_T), acc[i][j]);
             }
         }
     }

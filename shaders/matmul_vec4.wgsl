@@ -106,7 +106,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         if (r < M) {
             for (var j = 0u; j < 4u; j = j + 1u) {
                 if (c + j < N) {
-                    out[off_c + r * N + c + j] = acc[i][j];
+                    store_c(off_c + r * N + c + j, acc[i][j]);
                 }
             }
         }

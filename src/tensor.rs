@@ -272,7 +272,9 @@ impl Tensor {
     /// The graph under this tensor as Graphviz DOT after fusion: one cluster per kernel.
     pub fn to_dot_fused(&self) -> String {
         let max = self.device().max_kernel_inputs();
-        crate::graph::dot::schedule_dot(std::slice::from_ref(self), max, self.device().implicit_gemm())
+        let d = self.device();
+        let f16_out = d.is_cpu() || d.capabilities().shader_f16;
+        crate::graph::dot::schedule_dot(std::slice::from_ref(self), max, d.implicit_gemm(), f16_out, !d.is_cpu())
     }
 }
 

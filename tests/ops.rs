@@ -560,6 +560,45 @@ fn matmul_shapes() {
         out.push(rand_t(&[100, 16], 92, -1.0, 1.0, d).matmul(&rand_t(&[16, 12], 93, -1.0, 1.0, d)));
         out
     });
+    // Element-wise epilogues fused into each matmul kernel's store: bias, activations, a
+    // residual, a cast; GEMV (few rows against a weight read transposed), the direct
+    // kernels (vec4, subgroup, scalar, a thin output stored as C^T), batches, an implicit
+    // GEMM convolution (the tiled twin), and a product also read elsewhere (not fused).
+    check_with("matmul epilogues", Some(Tol { atol: 1e-4, rtol: 1e-4 }), |d| {
+        let x = rand_t(&[5, 64], 21, -1.0, 1.0, d);
+        let w = rand_t(&[70, 64], 22, -1.0, 1.0, d);
+        let b = rand_t(&[70], 23, -1.0, 1.0, d);
+        let r = rand_t(&[5, 70], 24, -1.0, 1.0, d);
+        let lin = x.matmul(&w.t()) + &b;
+        let x2 = rand_t(&[37, 48], 25, -1.0, 1.0, d);
+        let w2 = rand_t(&[48, 52], 26, -1.0, 1.0, d);
+        let b2 = rand_t(&[52], 27, -1.0, 1.0, d);
+        let thin = rand_t(&[19, 13], 28, -1.0, 1.0, d).matmul(&rand_t(&[13, 11], 29, -1.0, 1.0, d));
+        let batched = rand_t(&[3, 20, 16], 30, -1.0, 1.0, d).matmul(&rand_t(&[16, 24], 31, -1.0, 1.0, d));
+        let img = rand_t(&[2, 3, 9, 9], 32, -1.0, 1.0, d);
+        let kern = rand_t(&[4, 3, 3, 3], 33, -1.0, 1.0, d);
+        let kb = rand_t(&[4], 34, -1.0, 1.0, d);
+        let shared = x2.matmul(&w2);
+        vec![
+            lin.gelu(),
+            (&lin + &r).relu(),
+            (x2.matmul(&w2) + &b2).silu(),
+            x2.matmul(&w2).tanh() * 2.0 - 1.0,
+            (&thin * 2.0).tanh(),
+            (&batched + &rand_t(&[24], 35, -1.0, 1.0, d)).relu(),
+            img.conv2d(&kern, Some(&kb), tessera::ops::nn::Conv2dOptions::new(1, 1)).relu(),
+            shared.exp(),
+            shared.sum(&[1], false),
+        ]
+    });
+    check_with("matmul epilogue cast to f16", Some(Tol { atol: 1e-3, rtol: 2e-3 }), |d| {
+        let x = rand_t(&[5, 64], 21, -1.0, 1.0, d);
+        let w = rand_t(&[70, 64], 22, -1.0, 1.0, d);
+        vec![
+            (x.matmul(&w.t()) + 0.5).cast(DType::F16),
+            rand_t(&[12, 16], 36, -1.0, 1.0, d).matmul(&w.narrow(1, 0, 16).t()).cast(DType::F16),
+        ]
+    });
     check_with("matmul f16", Some(Tol { atol: 1e-2, rtol: 5e-3 }), |d| {
         let x = rand_t(&[9, 33], 3, -1.0, 1.0, d).cast(DType::F16);
         let y = rand_t(&[33, 7], 4, -1.0, 1.0, d).cast(DType::F16);

@@ -52,14 +52,26 @@ pub fn graph_dot(targets: &[Tensor]) -> String {
 }
 
 /// The same graph grouped into the kernels the scheduler would launch (with
-/// `implicit_gemm`, convolution windows inside the products that read them).
-pub fn schedule_dot(targets: &[Tensor], max_inputs: usize, implicit_gemm: bool) -> String {
-    let sched = super::schedule::schedule_with(targets, max_inputs, u64::MAX, implicit_gemm);
+/// `implicit_gemm`, convolution windows inside the products that read them; element-wise
+/// epilogues inside their products, f16 ones with `f16_out`; with `siblings`, sibling
+/// outputs in one kernel, as the wgpu backend runs them).
+pub fn schedule_dot(
+    targets: &[Tensor],
+    max_inputs: usize,
+    implicit_gemm: bool,
+    f16_out: bool,
+    siblings: bool,
+) -> String {
+    let mut sched = super::schedule::schedule_with(targets, max_inputs, u64::MAX, implicit_gemm);
+    super::schedule::fuse_epilogues(&mut sched, targets, max_inputs, u64::MAX, f16_out);
+    if siblings {
+        super::schedule::group_siblings(&mut sched, max_inputs, u64::MAX);
+    }
     let nodes = topo_order(targets);
     let mut owner: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     // A node belongs to the first kernel (in order) whose fused region reaches it.
     for (k, kern) in sched.kernels.iter().enumerate() {
-        let mut stack = vec![kern.root.clone()];
+        let mut stack: Vec<Tensor> = std::iter::once(kern.root.clone()).chain(kern.siblings.iter().cloned()).collect();
         while let Some(t) = stack.pop() {
             if owner.contains_key(&t.id()) {
                 continue;

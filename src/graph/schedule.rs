@@ -36,6 +36,9 @@ pub struct ScheduledKernel {
     /// More element-wise roots of the root's shape that the same kernel computes and
     /// stores, each at the same index (see [`group_siblings`]); empty for most kernels.
     pub siblings: Vec<Tensor>,
+    /// A matmul kernel whose root is the element-wise expression over its product (see
+    /// [`fuse_epilogues`]): the product node, which gets no buffer of its own.
+    pub product: Option<Tensor>,
 }
 
 /// Kernels in execution order.
@@ -309,9 +312,120 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             root: t.clone(),
             kind: t.op().kernel_kind().unwrap_or(KernelKind::Elementwise),
             siblings: Vec::new(),
+            product: None,
         })
         .collect();
     Schedule { kernels: scatters_last(kernels, &mat), materialised: mat }
+}
+
+/// Matmul epilogues: an element-wise kernel that reads a matmul's product only at its
+/// own index, through element-wise ops and reshapes (a bias add, an activation, a
+/// residual add, a cast), is fused into the product's store, where nothing else reads
+/// the product: the matmul kernel then materialises the expression and the product
+/// gets no buffer (`Linear` then GELU is one kernel). Where the expression holds a
+/// data-dependent gather or a quantised leaf, its output is f16 without `f16_out`
+/// (a kernel storing single packed halves would race) or any other dtype than f32,
+/// the product is a target, or a tensor exceeds one binding of `max_binding` bytes
+/// (row-split products), the two stay separate kernels.
+pub fn fuse_epilogues(s: &mut Schedule, targets: &[Tensor], max_inputs: usize, max_binding: u64, f16_out: bool) {
+    let targets: HashSet<u64> = targets.iter().map(|t| t.id()).collect();
+    let at: HashMap<u64, usize> = s.kernels.iter().enumerate().map(|(j, k)| (k.root.id(), j)).collect();
+    let mut readers: HashMap<u64, Vec<u64>> = HashMap::new();
+    for t in topo_order(&s.kernels.iter().map(|k| k.root.clone()).collect::<Vec<_>>()) {
+        for i in &t.node().inputs {
+            readers.entry(i.id()).or_default().push(t.id());
+        }
+    }
+    // Which kernels evaluate each node (a fused node shared by two kernels is computed
+    // in both, so a product it reads is read by both).
+    let mut evaluated_by: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (j, k) in s.kernels.iter().enumerate() {
+        let mut stack = vec![k.root.clone()];
+        let mut seen = HashSet::new();
+        while let Some(t) = stack.pop() {
+            let buffer = t.id() != k.root.id() && (t.is_realized() || s.materialised.contains(&t.id()));
+            if buffer || !seen.insert(t.id()) {
+                continue;
+            }
+            evaluated_by.entry(t.id()).or_default().push(j);
+            stack.extend(t.node().inputs.iter().cloned());
+        }
+    }
+    let fits = |t: &Tensor| t.storage_bytes() <= max_binding;
+    let mut fused: Vec<(usize, usize)> = Vec::new();
+    for (j, k) in s.kernels.iter().enumerate() {
+        let e = &k.root;
+        let dtype_ok = e.dtype() == crate::DType::F32 || (e.dtype() == crate::DType::F16 && f16_out);
+        if k.kind != KernelKind::Elementwise || !k.siblings.is_empty() || !dtype_ok || !fits(e) {
+            continue;
+        }
+        // E's group: its nodes, the buffers it reads, and the nodes read at E's own
+        // index (element-wise ops and reshapes, reached from E through such ops only).
+        // A buffer also read through a movement op (at another index) is `off_path`.
+        let (mut group, mut pure, mut leaves, mut off_path) =
+            (HashSet::new(), HashSet::new(), Vec::new(), HashSet::new());
+        let mut stack = vec![(e.clone(), true)];
+        let mut clean = true;
+        while let Some((t, on_path)) = stack.pop() {
+            let buffer = t.id() != e.id() && (t.is_realized() || s.materialised.contains(&t.id()));
+            if buffer {
+                if !on_path {
+                    off_path.insert(t.id());
+                }
+                if !leaves.iter().any(|l: &Tensor| l.id() == t.id()) {
+                    leaves.push(t.clone());
+                }
+                continue;
+            }
+            // Element-wise ops and reshapes keep the linear index.
+            let elementwise = matches!(t.op(), Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast | Op::Reshape);
+            let here = on_path && elementwise && t.numel() == e.numel();
+            if here {
+                pure.insert(t.id());
+            }
+            if !group.insert((t.id(), here)) {
+                continue;
+            }
+            if matches!(t.op(), Op::Gather { .. } | Op::IndexSelect { .. }) {
+                clean = false;
+            }
+            stack.extend(t.node().inputs.iter().map(|i| (i.clone(), here)));
+        }
+        if !clean || leaves.iter().any(|l| l.dtype().is_quantized() || !fits(l)) || leaves.len() + 1 > max_inputs {
+            continue;
+        }
+        let product = leaves.iter().find(|m| {
+            let Some(&mj) = at.get(&m.id()) else { return false };
+            let mk = &s.kernels[mj];
+            mk.kind == KernelKind::Matmul
+                && mk.product.is_none()
+                && m.numel() == e.numel()
+                && m.dtype() == crate::DType::F32
+                && !targets.contains(&m.id())
+                && !off_path.contains(&m.id())
+                && fits(m)
+                && m.node().inputs.iter().all(|i| matmul_operand(i, &s.materialised).is_none_or(|(b, _)| fits(&b)))
+                && readers.get(&m.id()).is_some_and(|r| {
+                    r.iter().all(|id| pure.contains(id) && evaluated_by.get(id).is_some_and(|ks| ks == &[j]))
+                })
+        });
+        if let Some(m) = product {
+            fused.push((j, at[&m.id()]));
+        }
+    }
+    if fused.is_empty() {
+        return;
+    }
+    let gone: HashSet<usize> = fused.iter().map(|&(_, m)| m).collect();
+    for &(j, m) in &fused {
+        let prod = s.kernels[m].root.clone();
+        s.materialised.remove(&prod.id());
+        let k = &mut s.kernels[j];
+        k.kind = KernelKind::Matmul;
+        k.product = Some(prod);
+    }
+    let kernels = std::mem::take(&mut s.kernels);
+    s.kernels = kernels.into_iter().enumerate().filter(|(j, _)| !gone.contains(j)).map(|(_, k)| k).collect();
 }
 
 /// Most roots one multi-output element-wise kernel computes.

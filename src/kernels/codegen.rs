@@ -130,6 +130,14 @@ pub(crate) struct Gen<'a> {
     pub param_period: HashMap<usize, usize>,
     /// In `param_leaves` mode, the leaves read at `i` itself.
     param_direct: std::collections::HashSet<usize>,
+    /// The binding of leaf 0 (leaves follow in order): 2, after the meta and the output,
+    /// or later where a kernel binds operands of its own first (a matmul's epilogue).
+    pub binding_base: u32,
+    /// A node that is not loaded but is the given WGSL value at the output's own index
+    /// (a matmul's accumulator, for the epilogue fused into its store);
+    /// `value_misread` is set if the expression reads it at another index.
+    pub value_leaf: Option<(u64, String)>,
+    pub value_misread: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -162,6 +170,9 @@ impl<'a> Gen<'a> {
             params_ok: true,
             param_period: HashMap::new(),
             param_direct: Default::default(),
+            binding_base: 2,
+            value_leaf: None,
+            value_misread: false,
         }
     }
 
@@ -357,7 +368,11 @@ impl<'a> Gen<'a> {
     pub fn leaf_decls(&self) -> String {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
-            s.push_str(&input_binding(k, t.dtype(), &self.caps));
+            s.push_str(&input_binding(k, t.dtype(), &self.caps).replacen(
+                &format!("@binding({})", 2 + k),
+                &format!("@binding({})", self.binding_base as usize + k),
+                1,
+            ));
             let qoff = self.leaf_qoff[k].as_deref();
             let base = self.leaf_base[k].filter(|_| self.emit_windows).map(|b| format!("m({b}u)"));
             match (self.leaf_len[k], self.leaf_aligned[k] && !self.check_all_windows, &base) {
@@ -404,6 +419,12 @@ impl<'a> Gen<'a> {
     /// Evaluate `t` at `ix`; returns a WGSL expression (usually a `let` name) of the
     /// node's compute type.
     pub fn eval(&mut self, t: &Tensor, ix: &Ix, root: bool) -> String {
+        if let Some((_, v)) = self.value_leaf.clone().filter(|(id, _)| *id == t.id()) {
+            if self.linear(ix, t) != "i" {
+                self.value_misread = true;
+            }
+            return v;
+        }
         if !root && (self.is_leaf)(t) {
             let k = self.leaf(t);
             let l = self.linear(ix, t);

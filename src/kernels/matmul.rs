@@ -3,9 +3,85 @@
 //! (with implicit-GEMM operands read in place), the direct kernels on CPU adapters,
 //! and `gemv.wgsl` for decode shapes.
 
-use super::codegen::{Gen, Ix};
-use super::{header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
+use super::codegen::{Gen, Ix, MetaPatch};
+use super::{compute_type, header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
 use crate::{DType, Error, Result, Tensor};
+
+/// An element-wise expression over a product, fused into the product's store (see
+/// [`fuse_epilogues`](crate::graph::schedule::fuse_epilogues)): the node the kernel then
+/// materialises, and which nodes are buffers.
+pub struct Epilogue<'a> {
+    pub root: &'a Tensor,
+    pub is_leaf: &'a dyn Fn(&Tensor) -> bool,
+}
+
+/// How a product's kernel stores C (`store_c(i, v)`, `i` the linear output index):
+/// plainly, or through its epilogue with the leaves it loads (bound from `base`).
+struct Store {
+    src: String,
+    leaves: Vec<Tensor>,
+    patches: Vec<MetaPatch>,
+    out: Tensor,
+    uses_f16: bool,
+    label: String,
+}
+
+/// [`Store`] for product `prod`: `meta` gains the epilogue's slots.
+fn store(prod: &Tensor, epi: Option<&Epilogue>, meta: &mut Vec<u32>, base: u32, caps: &ShaderCaps) -> Result<Store> {
+    let Some(e) = epi else {
+        return Ok(Store {
+            src: "fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n".into(),
+            leaves: Vec::new(),
+            patches: Vec::new(),
+            out: prod.clone(),
+            uses_f16: false,
+            label: String::new(),
+        });
+    };
+    let mut g = Gen::new(*caps, e.is_leaf);
+    for &w in meta.iter() {
+        g.slot(w);
+    }
+    g.binding_base = base;
+    g.value_leaf = Some((prod.id(), "acc".into()));
+    let v = g.eval(e.root, &Ix::lin("i"), true);
+    epilogue_checked(&g, e.root)?;
+    let body = g.take_function();
+    let dt = e.root.dtype();
+    let mut src = g.leaf_decls();
+    src.push_str(&g.support(base + g.leaves.len() as u32));
+    src.push_str(&epilogue_fns(&body, &v, dt, caps));
+    *meta = g.meta.clone();
+    Ok(Store {
+        src,
+        label: format!("_epi({})", g.ops.join(",")),
+        leaves: g.leaves,
+        patches: g.patches,
+        out: e.root.clone(),
+        uses_f16: g.uses_f16 || dt == DType::F16,
+    })
+}
+
+/// The epilogue must read the product only at its own index and check no gather
+/// (the scheduler's rule; a violation is a bug, reported rather than miscomputed).
+fn epilogue_checked(g: &Gen, root: &Tensor) -> Result<()> {
+    if g.value_misread || !g.checks.is_empty() {
+        return Err(Error::Gpu {
+            context: "matmul epilogue".into(),
+            message: format!("{} reads its product at another index or gathers", root.op().name()),
+        });
+    }
+    Ok(())
+}
+
+/// `epilogue(i, acc)` and the `store_c` that applies it.
+fn epilogue_fns(body: &str, v: &str, dt: DType, caps: &ShaderCaps) -> String {
+    format!(
+        "fn epilogue(i: u32, acc: f32) -> {} {{\n{body}    return {v};\n}}\nfn store_c(i: u32, v: f32) {{\n    out[i] = {}(epilogue(i, v));\n}}\n",
+        compute_type(dt),
+        storage_type(dt, caps)
+    )
+}
 
 /// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
 /// adapters, the workgroup-tiled one on GPUs; `TESSERA_MATMUL=tiled|direct` overrides.
@@ -19,7 +95,14 @@ pub fn prefer_direct(device_type: &str) -> bool {
 
 /// Render the matmul producing `root` from operands `a` and `b`: the tensors owning their
 /// buffers, each with whether it is stored transposed (`[.., n, k]` for `b`).
-pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &ShaderCaps) -> Result<KernelSpec> {
+/// With `epi`, C goes through the epilogue and the kernel materialises its root.
+pub fn render(
+    root: &Tensor,
+    a: (Tensor, bool),
+    b: (Tensor, bool),
+    caps: &ShaderCaps,
+    epi: Option<&Epilogue>,
+) -> Result<KernelSpec> {
     let r = root.rank();
     // Shapes come from the node's operands (rank-aligned); buffers from `a` and `b`,
     // which may be the un-reshaped tensors owning them.
@@ -47,8 +130,10 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
             qoff[j] = Some(format!("m({}u)", meta.len() - 1));
         }
     }
-    let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16;
-    let mut src = header(meta.len(), DType::F32, uses_f16, caps);
+    let st = store(root, epi, &mut meta, 4, caps)?;
+    let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16 || st.uses_f16;
+    let mut src = header(meta.len(), st.out.dtype(), uses_f16, caps);
+    src.push_str(&st.src);
     // Few rows against a weight stored [N, K]: the GEMV kernel; on CPU adapters also any
     // number of rows against a quantised weight (blocks dequantised once per 8 rows,
     // lavapipe: Q8_0 128x1536x384 60 -> 14-23 ms).
@@ -64,7 +149,8 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
         && (!b.dtype().is_quantized() || crate::quant::gpu_quant_offset_words(b.numel()).is_multiple_of(4))
         && std::env::var("TESSERA_GEMV").as_deref() != Ok("0");
     if gemv {
-        return render_gemv(root, (a, b), (m, n), meta, src, caps);
+        let qoff_b = qoff[1].clone();
+        return render_gemv(root, (a, b), (m, n), meta, src, qoff_b.as_deref(), caps).map(|spec| with_store(spec, st));
     }
     // The vec4 kernels (direct, or tiled where the adapter chose it): f32 or f16
     // operands whose loaded rows are 4-aligned.
@@ -136,12 +222,22 @@ pub fn render(root: &Tensor, a: (Tensor, bool), b: (Tensor, bool), caps: &Shader
     let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
     // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
     // indexed below its size: checked on odd shapes by tests/ops.rs.
-    let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized();
+    let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized() && epi.is_none();
     let mut spec = product_spec(root, label, src, meta, (a, b), [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
     if splittable {
         spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
     }
-    Ok(spec)
+    Ok(with_store(spec, st))
+}
+
+/// A product's kernel that stores through `st`: its epilogue's leaves bound after the
+/// operands, its scalars patched on replay, and its root as the output.
+fn with_store(mut spec: KernelSpec, st: Store) -> KernelSpec {
+    spec.label.push_str(&st.label);
+    spec.inputs.extend(st.leaves);
+    spec.patches = st.patches;
+    spec.output = st.out;
+    spec
 }
 
 /// Meta words `[M, N, K, batch rank]`, then per batch axis (outer first) its size and
@@ -169,7 +265,12 @@ fn batch_meta(out: &[usize], ad: &[usize], bd: &[usize], (m, n, k): (usize, usiz
 /// generated functions of their (batch, row, column) coordinates, in the tiled kernel
 /// (whatever the adapter's own choice), so a convolution's windows are gathered as the
 /// tiles load instead of being written out as a column matrix first.
-pub fn render_in_place(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+pub fn render_in_place(
+    root: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+    epi: Option<&Epilogue>,
+) -> Result<KernelSpec> {
     let r = root.rank();
     let (a, b) = (&root.node().inputs[0], &root.node().inputs[1]);
     let (m, n, k) = (root.dims()[r - 2], root.dims()[r - 1], a.dims()[r - 1]);
@@ -199,7 +300,21 @@ pub fn render_in_place(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &
             rc[0], rc[1]
         ));
     }
-    let mut src = header(g.meta.len(), DType::F32, g.uses_f16, caps);
+    // The store: plain, or the epilogue evaluated at the output index with the
+    // accumulator in place of the product.
+    let (out, mut label_epi, operand_ops) = (epi.map_or(root, |e| e.root), String::new(), g.ops.len());
+    match epi {
+        Some(e) => {
+            g.value_leaf = Some((root.id(), "acc".into()));
+            let v = g.eval(e.root, &Ix::lin("i"), true);
+            epilogue_checked(&g, e.root)?;
+            let body = g.take_function();
+            loads.push_str(&epilogue_fns(&body, &v, out.dtype(), caps));
+            label_epi = format!("_epi({})", g.ops[operand_ops..].join(","));
+        }
+        None => loads.push_str("fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n"),
+    }
+    let mut src = header(g.meta.len(), out.dtype(), g.uses_f16 || out.dtype() == DType::F16, caps);
     src.push_str(&g.leaf_decls());
     src.push_str(&g.support(2 + g.leaves.len() as u32));
     src.push_str(&loads);
@@ -209,11 +324,11 @@ pub fn render_in_place(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &
     ));
     src.push_str(sources::MATMUL_BATCH);
     src.push_str(sources::MATMUL);
-    let label = format!("matmul_{}_{bm}x{bn}_implicit({})", a.dtype(), g.ops.join(","));
+    let label = format!("matmul_{}_{bm}x{bn}_implicit({}){label_epi}", a.dtype(), g.ops[..operand_ops].join(","));
     let batch: usize = root.dims()[..r - 2].iter().product();
     let groups = check_groups(&label, [n.div_ceil(bn), m.div_ceil(bm), batch], caps)?;
     let workgroups = if root.numel() == 0 { [0, 1, 1] } else { groups };
-    let mut spec = g.finish(label, src, root, workgroups);
+    let mut spec = g.finish(label, src, out, workgroups);
     // Trusted as the buffer kernels are: the product's own loads are guarded or clamped
     // to the logical operand, and index remaps of an in-range index stay in range (no
     // data-dependent gathers are read in place); tested on odd shapes.
@@ -375,6 +490,7 @@ fn render_gemv(
     (m, n): (usize, usize),
     meta: Vec<u32>,
     mut src: String,
+    qoff_b: Option<&str>,
     caps: &ShaderCaps,
 ) -> Result<KernelSpec> {
     let tm = m.next_power_of_two().clamp(1, 8);
@@ -384,8 +500,8 @@ fn render_gemv(
     src.push_str(&format!(
         "const TM: u32 = {tm}u;\nconst COLS: u32 = {cols}u;\nconst SPLIT: u32 = {split}u;\nconst CPL: u32 = {cpl}u;\n"
     ));
-    if b.dtype().is_quantized() {
-        src.push_str(&format!("fn qoff4() -> u32 {{ return m({}u) >> 2u; }}\n", meta.len() - 1));
+    if let Some(q) = qoff_b {
+        src.push_str(&format!("fn qoff4() -> u32 {{ return {q} >> 2u; }}\n"));
     }
     src.push_str(gemv_dot_block(b.dtype()));
     src.push_str(sources::MATMUL_BATCH);

@@ -212,6 +212,9 @@ impl KernelSpec {
 /// with these capabilities and render every kernel (no GPU work).
 pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tensor]) -> Result<Vec<KernelSpec>> {
     let mut sched = crate::graph::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
+    if std::env::var("TESSERA_EPILOGUE").as_deref() != Ok("0") {
+        crate::graph::schedule::fuse_epilogues(&mut sched, targets, max_inputs, caps.max_binding, caps.native_f16);
+    }
     if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
         crate::graph::schedule::group_siblings(&mut sched, max_inputs, caps.max_binding);
     }
@@ -236,12 +239,15 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
             KernelKind::Scatter => segment::render_scatter(&k.root, &is_leaf, caps)?,
             KernelKind::TopK => segment::render_topk(&k.root, &is_leaf, caps)?,
             KernelKind::Matmul => {
-                let ins = &k.root.node().inputs;
+                // The product, and the element-wise expression fused into its store.
+                let prod = k.product.as_ref().unwrap_or(&k.root);
+                let epi = k.product.as_ref().map(|_| matmul::Epilogue { root: &k.root, is_leaf: &is_leaf });
+                let ins = &prod.node().inputs;
                 let src = |i: &Tensor| matmul_operand(i, &sched.materialised);
                 match (src(&ins[0]), src(&ins[1])) {
-                    (Some(a), Some(b)) => matmul::render(&k.root, a, b, caps)?,
+                    (Some(a), Some(b)) => matmul::render(prod, a, b, caps, epi.as_ref())?,
                     // An operand the scheduler left to be read in place (implicit GEMM).
-                    _ => matmul::render_in_place(&k.root, &is_leaf, caps)?,
+                    _ => matmul::render_in_place(prod, &is_leaf, caps, epi.as_ref())?,
                 }
             }
             KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {

@@ -183,6 +183,17 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let (p, q) = (Tensor::rand([36, 12], 19, &d), Tensor::rand([40, 12], 20, &d));
     out.extend([p.matmul(&q.t()), p.t().matmul(&p), p.t().matmul(&q.t()).t(), q.t().matmul(&p.t())]);
     out.push(p.cast(DType::F16).matmul(&q.cast(DType::F16).t()));
+    // Epilogues fused into each family's store: a bias and an activation, a residual,
+    // a cast to f16 (fused where f16 is stored natively).
+    let (p8, q16) = (Tensor::rand([8, 12], 10, &d), Tensor::rand([16, 12], 11, &d));
+    out.extend([
+        (a.matmul(&b) + &Tensor::rand([5], 21, &d)).gelu(),
+        (tall.matmul(&b) + &tall.matmul(&b).relu()).relu(),
+        (p8.matmul(&q16.t()) + &Tensor::rand([16], 22, &d)).silu(),
+        p8.matmul(&q16.t()).cast(DType::F16),
+        (p.matmul(&q.t()) * 2.0).tanh(),
+        (Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()) + 1.0).relu(),
+    ]);
     // Convolution windows and their adjoint.
     let img = Tensor::rand([2, 3, 7, 6], 9, &d);
     let win = crate::graph::Window { kernel: (3, 2), stride: (2, 1), padding: (1, 0), dilation: (1, 2) };
@@ -207,6 +218,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
             x.cast(DType::F16).matmul(&w.t()),
             w.matmul(&x.t()),
             w.t().matmul(&w.cast(DType::F32)),
+            (x.matmul(&w.t()) + 0.5).gelu(),
         ]);
     }
     // Fused attention: f32 (vec4 rows) and f16, causal, with a padding mask, odd head dim.
@@ -342,6 +354,8 @@ mod tests {
             // (Multi-output kernels never take windows: none where every tensor is "large".)
             let multi = specs.iter().any(|s| !s.extra_outputs.is_empty());
             assert!(multi || caps.max_binding == 0, "multi-output kernels are covered");
+            let epi = specs.iter().any(|s| s.label.contains("_epi("));
+            assert!(epi || caps.max_binding == 0, "matmul epilogues are covered");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();

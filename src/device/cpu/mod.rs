@@ -40,7 +40,10 @@ pub(crate) use par::threads;
 /// Realise `targets` on the CPU backend and return the values of the first `n_read`
 /// (`None` when `n_read` is 0).
 pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
-    let sched = crate::graph::schedule::schedule_with(targets, usize::MAX, u64::MAX, false);
+    let mut sched = crate::graph::schedule::schedule_with(targets, usize::MAX, u64::MAX, false);
+    if std::env::var("TESSERA_EPILOGUE").as_deref() != Ok("0") {
+        crate::graph::schedule::fuse_epilogues(&mut sched, targets, usize::MAX, u64::MAX, true);
+    }
     if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && k.kind != KernelKind::Quantize) {
         return Err(crate::kernels::quantized_output(&k.root));
     }
@@ -84,7 +87,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             let is_leaf = |t: &Tensor| sched.is_buffer(t);
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
-            let out = kernel(k.kind, &k.root, &sched.materialised, &is_leaf, &buffer)?;
+            let out = kernel(k, &sched.materialised, &is_leaf, &buffer, &dev.0.counters)?;
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
                 let start_us = t0.duration_since(*epoch()).as_secs_f64() * 1e6;
@@ -202,12 +205,13 @@ fn epoch() -> &'static std::time::Instant {
 
 /// Compute one scheduled kernel.
 fn kernel(
-    kind: KernelKind,
-    root: &Tensor,
+    k: &crate::graph::schedule::ScheduledKernel,
     materialised: &std::collections::HashSet<u64>,
     is_leaf: &dyn Fn(&Tensor) -> bool,
     buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+    counters: &Arc<crate::stats::Counters>,
 ) -> Result<HostBuffer> {
+    let (kind, root) = (k.kind, &k.root);
     let ins = &root.node().inputs;
     match kind {
         KernelKind::Elementwise => Program::compile(root, true, is_leaf, buffer)?.run(root.numel()),
@@ -242,7 +246,19 @@ fn kernel(
                 })?;
                 Ok(matmul::Operand { buf: buffer(&b)?, dims: t.dims().to_vec(), transposed })
             };
-            matmul::matmul(root.dims(), &operand(&ins[0])?, &operand(&ins[1])?)
+            let prod = k.product.as_ref().unwrap_or(root);
+            let ins = &prod.node().inputs;
+            let c = matmul::matmul(prod.dims(), &operand(&ins[0])?, &operand(&ins[1])?)?;
+            match &k.product {
+                None => Ok(c),
+                // The epilogue, over the product as it leaves the kernel.
+                Some(p) => {
+                    let c = Arc::new(CpuBuffer::new(c, counters));
+                    let leaf = |t: &Tensor| t.id() == p.id() || is_leaf(t);
+                    let buf = |t: &Tensor| if t.id() == p.id() { Ok(c.clone()) } else { buffer(t) };
+                    Program::compile(root, true, &leaf, &buf)?.run(root.numel())
+                }
+            }
         }
         KernelKind::Softmax => {
             let Op::Softmax { axis, log } = root.op() else { unreachable!("softmax kernels root a softmax") };
