@@ -45,6 +45,9 @@ struct Args {
     /// Batch sizes for bert-embed.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<usize>,
+    /// Sequence length (word pieces, [CLS] and [SEP] included) for bert-embed.
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
     /// Minimum timed seconds per case (1 by default, 2 with `--peer-cases`).
     #[arg(long)]
     seconds: Option<f64>,
@@ -818,11 +821,11 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                 for dt in quant::MODEL_DTYPES {
                     pollster::block_on(emb.quantize(dt, None))?;
                     for &batch in &args.batches {
-                        // 126 word pieces between [CLS] and [SEP]: sequence 128.
+                        // Word pieces between [CLS] and [SEP]: `--seq` in all.
                         let ids: Vec<Vec<u32>> = (0..batch)
                             .map(|b| {
                                 std::iter::once(101)
-                                    .chain((0..126).map(|i| 1000 + ((b * 131 + i * 17) % 20000) as u32))
+                                    .chain((0..args.seq.max(2) - 2).map(|i| 1000 + ((b * 131 + i * 17) % 20000) as u32))
                                     .chain([102])
                                     .collect()
                             })
@@ -835,7 +838,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                             device: String::new(),
                             case: "bert-embed",
                             dtype: dt.name().into(),
-                            shape: format!("batch {batch} x seq 128"),
+                            shape: format!("batch {batch} x seq {}", args.seq),
                             median_ms: ms,
                             cold_ms: cold,
                             rate: batch as f64 / (ms / 1e3),

@@ -25,9 +25,15 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
             None => src.push_str(&format!("fn {name}(i: u32) -> f32 {{ return 0.0; }}\n")),
         }
     }
-    src.push_str(&format!("const RW: u32 = {RW}u;\nconst RMS: bool = {rms};\nconst HAS_W: bool = {weight};\nconst HAS_B: bool = {bias};\n"));
-    src.push_str(sources::NORM);
+    // On CPU adapters, one invocation per row without barriers (`norm_rows.wgsl`),
+    // ROWS_PER_GROUP rows to a workgroup; elsewhere a workgroup of RW lanes per row.
+    let per_row = caps.direct_matmul && std::env::var("TESSERA_NORM_ROWS").as_deref() != Ok("0");
+    let lanes = if per_row { super::softmax::ROWS_PER_GROUP } else { RW };
+    src.push_str(&format!("const RW: u32 = {lanes}u;\nconst RMS: bool = {rms};\nconst HAS_W: bool = {weight};\nconst HAS_B: bool = {bias};\n"));
+    src.push_str(if per_row { sources::NORM_ROWS } else { sources::NORM });
     let label = if rms { "rms_norm" } else { "layer_norm" }.to_string();
-    let workgroups = fold_groups(rows as u64, caps, &label)?;
+    let label = if per_row { format!("{label}_rows") } else { label };
+    let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
+    let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }

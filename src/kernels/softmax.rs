@@ -1,7 +1,7 @@
 //! Softmax and log-softmax along one axis (`Op::Softmax`, `shaders/softmax.wgsl`): one
 //! workgroup per row, one pass for the max, one for the sum, one for the outputs. On CPU
 //! adapters (the direct-matmul choice) one invocation per row instead, without barriers
-//! (`shaders/softmax_rows.wgsl`) for rows of 64 or more and enough of them.
+//! (`shaders/softmax_rows.wgsl`).
 
 use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
@@ -9,6 +9,10 @@ use crate::{Result, Tensor};
 
 /// Lanes per row.
 const RW: u32 = 64;
+
+/// Rows per workgroup of the one-invocation-per-row kernels (softmax, norms): one SIMD
+/// width of lavapipe, so a few rows still spread over the adapter's threads.
+pub(crate) const ROWS_PER_GROUP: u32 = 8;
 
 /// Render the softmax producing `root` from `inputs`: the buffer holding its input.
 pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
@@ -21,19 +25,18 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let f16_in = inputs.iter().any(|t| t.dtype() == crate::DType::F16);
     let mut src = header(meta.len(), root.dtype(), f16_in, caps);
     src.push_str(&super::input_loads(&inputs, caps));
-    src.push_str(&format!("const RW: u32 = {RW}u;\nconst LOG: bool = {log};\n"));
-    src.push_str(sources::COMMON);
     // Measured on lavapipe (ms, workgroup per row -> invocation per row): 1536x128
-    // 6.1 -> 1.9, 6144x512 38.9 -> 15.6, 512x256 2.5 -> 0.6; but rows shorter than 64
-    // ran slower and erratically (1536x32: 5.2 -> 40), and fewer than 4 workgroups of
-    // rows leave cores idle (64x1024: 0.7 -> 1.4).
-    let per_row = caps.direct_matmul
-        && a >= 64
-        && rows >= 4 * RW as usize
-        && std::env::var("TESSERA_SOFTMAX_ROWS").as_deref() != Ok("0");
+    // 6.1 -> 1.9, 6144x512 38.9 -> 15.6, 512x256 2.5 -> 0.6. (Short rows once looked
+    // slow and erratic with this kernel: lavapipe recompiled it at every dispatch with
+    // the row length inlined, which the header's `m` now prevents.)
+    let per_row = caps.direct_matmul && std::env::var("TESSERA_SOFTMAX_ROWS").as_deref() != Ok("0");
+    let lanes = if per_row { ROWS_PER_GROUP } else { RW };
+    src.push_str(&format!("const RW: u32 = {lanes}u;\nconst LOG: bool = {log};\n"));
+    src.push_str(sources::COMMON);
     src.push_str(if per_row { sources::SOFTMAX_ROWS } else { sources::SOFTMAX });
     let label = if log { "log_softmax" } else { "softmax" }.to_string();
-    let groups = if per_row { (rows as u64).div_ceil(RW as u64) } else { rows as u64 };
+    let label = if per_row { format!("{label}_rows") } else { label };
+    let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }
