@@ -60,10 +60,12 @@ fn erf_f(x: f32) -> f32 {
     return select(y, -y, x < 0.0);
 }
 
-// tanh that saturates instead of overflowing exp, and keeps NaN. Branch-free: a select
-// costs less than a divergent branch on SIMD CPU adapters (lavapipe) and GPUs alike.
+// tanh as 1 - 2 / (e^2x + 1): one exp and no branch or clamp. It saturates to +-1 (e^2x
+// overflows to inf, or underflows to 0) and keeps NaN; near 0 its error is absolute
+// (about 1e-7), like the builtin's. Lavapipe lowers the builtin to more work (the 4M
+// relu(tanh(exp(x*2+1))*x) chain: 10.6% fewer instructions, by callgrind).
 fn tanh_f(x: f32) -> f32 {
-    return select(tanh(clamp(x, -10.0, 10.0)), x, is_nan_f(x));
+    return 1.0 - 2.0 / (exp(2.0 * x) + 1.0);
 }
 
 // Counter-based RNG: a PCG output permutation of (index, seed, stream).
