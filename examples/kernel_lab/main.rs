@@ -1,0 +1,186 @@
+//! A kernel lab for WGSL variants (as llm.c's `dev/cuda`): load a WGSL file from disk,
+//! run it on a Vulkan adapter over random inputs, check a product against the host, then
+//! time it. Edit the WGSL and rerun; nothing recompiles. See README.md beside this file
+//! for the binding convention, the options, and what it showed on lavapipe.
+//!
+//! `cargo run --release --example kernel_lab -- examples/kernel_lab/kernels/matmul_rows.wgsl --const TM=8 --const LANES=64 --bm 8 --bn 256`
+
+use std::time::Instant;
+use tessera::wgpu;
+use wgpu::util::DeviceExt;
+
+fn arg(args: &[String], name: &str, default: &str) -> String {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kernel_lab: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let file = args
+        .first()
+        .cloned()
+        .ok_or("usage: kernel_lab FILE.wgsl [--m M --n N --k K --bm BM --bn BN] (see README.md)")?;
+    let num = |n: &str, d: &str| arg(&args, n, d).parse::<u32>().map_err(|e| format!("{n}: {e}"));
+    let (m, n, k) = (num("--m", "1024")?, num("--n", "1024")?, num("--k", "1024")?);
+    let (bm, bn) = (num("--bm", "8")?, num("--bn", "256")?);
+    let iters = num("--iters", "10")?.max(1);
+    let b_layout = arg(&args, "--b", "kn");
+    let mut header = String::new();
+    for (i, a) in args.iter().enumerate() {
+        if a == "--const" {
+            let (name, v) = args.get(i + 1).and_then(|a| a.split_once('=')).ok_or("--const takes NAME=VALUE")?;
+            header.push_str(&format!("const {name}: u32 = {v}u;\n"));
+        }
+    }
+    let src = header + &std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
+
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN;
+    let instance = wgpu::Instance::new(desc);
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
+        .map_err(|e| format!("no Vulkan adapter ({e}): install lavapipe with scripts/setup.sh"))?;
+    eprintln!("adapter: {}", adapter.get_info().name);
+    if std::env::var("LAB_LIMITS").is_ok() {
+        eprintln!("{:#?}", adapter.limits());
+    }
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .map_err(|e| format!("device: {e}"))?;
+    // A kernel that does not compile: wgpu's message, not its default panic.
+    device.on_uncaptured_error(std::sync::Arc::new(|e: wgpu::Error| {
+        eprintln!("kernel_lab: {e}");
+        std::process::exit(1);
+    }));
+
+    let mut seed = 1u64;
+    let mut rnd = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    };
+    let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+    // `--a-len`/`--out-len` size A and C for kernels that are not products (the check
+    // then does not apply).
+    let a_len = arg(&args, "--a-len", "0").parse::<usize>().unwrap_or(0);
+    let out_len = arg(&args, "--out-len", "0").parse::<usize>().unwrap_or(0);
+    let a = rnd(if a_len > 0 { a_len } else { mu * ku });
+    let b = rnd(ku * nu);
+    // B as stored: [K, N] or [N, K].
+    let b_stored: Vec<f32> =
+        if b_layout == "nk" { (0..nu * ku).map(|i| b[(i % ku) * nu + i / ku]).collect() } else { b.clone() };
+    let params = [m, n, k, 0u32];
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let pbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: bytemuck::cast_slice(&params),
+        usage: wgpu::BufferUsages::UNIFORM,
+    });
+    let abuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: bytemuck::cast_slice(&a),
+        usage,
+    });
+    let bbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: bytemuck::cast_slice(&b_stored),
+        usage,
+    });
+    let cbytes = (if out_len > 0 { out_len } else { mu * nu } * 4) as u64;
+    let cbuf =
+        device.create_buffer(&wgpu::BufferDescriptor { label: None, size: cbytes, usage, mapped_at_creation: false });
+    let read = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: cbytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let t0 = Instant::now();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(src.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let layout = pipeline.get_bind_group_layout(0);
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: pbuf.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: cbuf.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: abuf.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: bbuf.as_entire_binding() },
+        ],
+    });
+    let groups = match arg(&args, "--groups", "").split(',').map(|g| g.parse::<u32>()).collect::<Vec<_>>()[..] {
+        [Ok(x), Ok(y), Ok(z)] => [x, y, z],
+        _ => [n.div_ceil(bn), m.div_ceil(bm), 1],
+    };
+    let run = |copy: bool| {
+        let mut enc = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        if copy {
+            enc.copy_buffer_to_buffer(&cbuf, 0, &read, 0, cbytes);
+        }
+        queue.submit([enc.finish()]);
+        let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    };
+    run(true);
+    eprintln!("first run (compile + run): {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    let slice = read.slice(..);
+    slice.map_async(wgpu::MapMode::Read, |_| {});
+    device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("poll: {e}"))?;
+    let c: Vec<f32> = bytemuck::cast_slice(&slice.get_mapped_range().map_err(|e| format!("map: {e}"))?).to_vec();
+    read.unmap();
+    // Check a sample of entries (every one for small products).
+    let mut worst = 0f64;
+    let step = ((mu * nu) / 20000).max(1);
+    let checked = if out_len > 0 || a_len > 0 { 0 } else { mu * nu };
+    for idx in (0..checked).step_by(step).chain([checked.max(1) - 1]).filter(|_| checked > 0) {
+        let (r, col) = (idx / nu, idx % nu);
+        let want: f64 = (0..ku).map(|j| a[r * ku + j] as f64 * b[j * nu + col] as f64).sum();
+        worst = worst.max((c[idx] as f64 - want).abs());
+    }
+    let ok = worst < 1e-3 * (ku as f64).sqrt();
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        let t = Instant::now();
+        run(false);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let med = times[times.len() / 2];
+    let gflops = 2.0 * mu as f64 * nu as f64 * ku as f64 / med / 1e9;
+    println!(
+        "{file} {m}x{n}x{k} bm={bm} bn={bn}: {:.2} ms median, {gflops:.2} GFLOP/s, max err {worst:.2e} {}",
+        med * 1e3,
+        if ok { "OK" } else { "WRONG" }
+    );
+    Ok(())
+}
