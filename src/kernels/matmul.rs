@@ -385,12 +385,16 @@ fn tiles(
 /// k-step, so taller tiles load less), lowered while the product would have fewer than
 /// 4 workgroups to spread over the adapter's threads.
 fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (usize, usize, usize, usize) {
-    let tn = match n {
+    // Columns per workgroup (64 lanes' worth at most): the widest block that leaves the
+    // fewest columns idle in the last one (N = 384 takes 3 blocks of 128, not 2 of 256).
+    let most = match n {
         0..=64 => 1,
         65..=128 => 2,
         _ => 4,
     }
     .min(caps.matmul_tile.1.max(1) as usize);
+    let idle = |tn: usize| n.div_ceil(64 * tn) * 64 * tn - n;
+    let tn = [4, 2, 1].into_iter().filter(|&t| t <= most).min_by_key(|&t| (idle(t), usize::MAX - t)).unwrap_or(1);
     let lanes = 16 * tn;
     let col_groups = n.div_ceil(lanes * 4).max(1);
     let mut tm = if m <= 8 { m.next_power_of_two().max(1) } else { m.next_multiple_of(8).min(32) };
