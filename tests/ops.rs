@@ -538,11 +538,11 @@ fn matmul_shapes() {
         ]
     });
     // The subgroup direct kernel (CPU adapters with subgroups; the fallback twin runs
-    // the kernel without): 1, 2, 4 rows and every multiple of 8 up to 32 per workgroup,
+    // the kernel without): 1, 2, 4 rows and every multiple of 8 up to 64 per workgroup,
     // row counts that leave partial tiles, each layout of A and B, batches, f16.
     check_with("matmul subgroup row tiles", Some(Tol { atol: 1e-4, rtol: 1e-5 }), |d| {
         let mut out = Vec::new();
-        for (i, m) in [1usize, 2, 3, 8, 12, 20, 28, 36, 44, 100].into_iter().enumerate() {
+        for (i, m) in [1usize, 2, 3, 8, 12, 20, 28, 36, 44, 52, 60, 100].into_iter().enumerate() {
             let s = 60 + 4 * i as u64;
             let a = rand_t(&[m, 36], s, -1.0, 1.0, d);
             let b = rand_t(&[36, 72], s + 1, -1.0, 1.0, d);

@@ -381,7 +381,7 @@ fn tiles(
 }
 
 /// [`tiles`] for `matmul_direct_subgroup.wgsl`: rows per workgroup TM (1, 2 or 4 for
-/// tiny products, else a multiple of 8 up to 32: every 8 rows share one load per
+/// tiny products, else a multiple of 8 up to 64, or `TESSERA_MATMUL_ROWS`: every 8 rows share one load per
 /// k-step, so taller tiles load less), lowered while the product would have fewer than
 /// 4 workgroups to spread over the adapter's threads.
 fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (usize, usize, usize, usize) {
@@ -397,7 +397,9 @@ fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (u
     let tn = [4, 2, 1].into_iter().filter(|&t| t <= most).min_by_key(|&t| (idle(t), usize::MAX - t)).unwrap_or(1);
     let lanes = 16 * tn;
     let col_groups = n.div_ceil(lanes * 4).max(1);
-    let mut tm = if m <= 8 { m.next_power_of_two().max(1) } else { m.next_multiple_of(8).min(32) };
+    let cap =
+        std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(64).clamp(8, 64);
+    let mut tm = if m <= 8 { m.next_power_of_two().max(1) } else { m.next_multiple_of(8).min(cap / 8 * 8) };
     while tm > 8 && m.div_ceil(tm) * col_groups < 4 {
         tm -= 8;
     }
