@@ -59,6 +59,44 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         // Referenced in a branch HAS_BIAS removes; WGSL still needs a definition.
         src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
     }
+    src.push_str(&store_fn(out_dt, caps));
+    let bh: usize = lead.iter().product();
+    let label = format!(
+        "attention_{}_d{d}{}{}",
+        ins[0].dtype(),
+        if causal { "_causal" } else { "" },
+        if has_bias { "_mask" } else { "" }
+    );
+    // CPU adapters: one invocation per query, no workgroup memory or barriers.
+    let per_row = caps.direct_matmul && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
+    let (label, qw) = if per_row {
+        let shared = caps.subgroup_min >= 8;
+        src.push_str(&format!(
+            "const D: u32 = {d}u;\nconst CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n"
+        ));
+        // Two queries per lane halve the loads and shuffles per score (lavapipe, 12
+        // heads of 64 at sequence 512: 28 -> 19 ms; four gain nothing more).
+        let qpl = if t > ROWS_PER_GROUP { 2 } else { 1 };
+        src.push_str(&rows_kernel(d, shared, qpl));
+        (format!("{label}_rows{}_q{qpl}", if shared { "_sg" } else { "" }), ROWS_PER_GROUP * qpl)
+    } else {
+        (label, tiled_kernel(d, causal, has_bias, &mut src))
+    };
+    let max = caps.max_workgroups as usize;
+    let gx = t.div_ceil(qw);
+    // Heads over y, folded into z past the per-dimension limit.
+    let gy = bh.min(max);
+    let gz = bh.div_ceil(gy.max(1));
+    if gx > max || gz > max || gy * gz != bh {
+        return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
+    }
+    let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
+    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
+}
+
+/// Append the tiled kernel's constants and `shaders/attention.wgsl`; returns the queries
+/// per workgroup.
+fn tiled_kernel(d: usize, causal: bool, has_bias: bool, src: &mut String) -> usize {
     // Tiles of BK keys: K and V tiles together within 16 KiB of workgroup memory (each
     // tile row is ceil(D / 4) vec4s). SPLIT invocations per query, QW queries per
     // workgroup; merging the partial states reuses the tiles (QW rows and states, 528
@@ -71,25 +109,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
          const SPLIT: u32 = {split}u;\nconst KB: u32 = 8u;\nconst CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n",
         bk * dv
     ));
-    src.push_str(&store_fn(out_dt, caps));
     src.push_str(sources::ATTENTION);
-    let bh: usize = lead.iter().product();
-    let label = format!(
-        "attention_{}_d{d}{}{}",
-        ins[0].dtype(),
-        if causal { "_causal" } else { "" },
-        if has_bias { "_mask" } else { "" }
-    );
-    let max = caps.max_workgroups as usize;
-    let gx = t.div_ceil(qw);
-    // Heads over y, folded into z past the per-dimension limit.
-    let gy = bh.min(max);
-    let gz = bh.div_ceil(gy.max(1));
-    if gx > max || gz > max || gy * gz != bh {
-        return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
-    }
-    let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
-    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
+    qw
 }
 
 /// `store4(base, c, v)`: values `4c .. 4c + 3` (those below D) of the output row starting
@@ -105,4 +126,108 @@ fn store_fn(dt: DType, caps: &ShaderCaps) -> String {
         _ => "    for (var t = 0u; t < 4u; t = t + 1u) {\n        if (4u * c + t < D) {\n            out[base + 4u * c + t] = v[t];\n        }\n    }\n",
     };
     format!("fn store4(base: u32, c: u32, v: vec4<f32>) {{\n{body}}}\n")
+}
+
+/// Lanes per workgroup of the per-query kernel.
+const ROWS_PER_GROUP: usize = 32;
+
+/// The per-query kernel for CPU adapters (lavapipe): each invocation owns `qpl` query
+/// rows and walks every key with an online softmax, with no workgroup memory or
+/// barriers, which cost more there than the work they share. q and the output rows are
+/// named vec4 variables (`q0_0`, `o0_0`, ...), since lavapipe keeps a loop-indexed
+/// private array in memory. The running max is raised only when a score passes it by
+/// more than 8 (every weight stays within e^8, and the output and sum are rescaled a few
+/// times per row, not at every key). With `shared` (subgroups of 8 lanes or more) every
+/// lane needs the same K and V rows, so each of 8 lanes loads a different vec4 of the
+/// row and `subgroupShuffle` hands it to the others: one storage access per 8 vec4s,
+/// where lavapipe runs each access as a loop over the lanes. Every lane of a subgroup
+/// runs the same key loop, so the shuffles and `subgroupAny` see the whole subgroup.
+fn rows_kernel(d: usize, shared: bool, qpl: usize) -> String {
+    let dv = d.div_ceil(4);
+    // `f(u, c)` over each query u of the lane and each vec4 c of a row.
+    let each = |f: &dyn Fn(usize, usize) -> String| {
+        (0..qpl).flat_map(|u| (0..dv).map(move |c| (u, c))).map(|(u, c)| f(u, c)).collect::<String>()
+    };
+    let per_query = |f: &dyn Fn(usize) -> String| (0..qpl).map(f).collect::<String>();
+    // The vec4s of the row starting at `row`, as `{p}0 ..`: shared loads and shuffles, or
+    // one load each.
+    let row_vec4s = |p: &str| {
+        let cs = 0..dv;
+        if shared {
+            let loads = (0..dv.div_ceil(8))
+                .map(|r| format!("        let {p}l{r} = ld_{p}4(row, min(own + {}u, {}u));\n", 8 * r, dv - 1))
+                .collect::<String>();
+            loads
+                + &cs
+                    .map(|c| format!("        let {p}{c} = subgroupShuffle({p}l{}, {}u);\n", c / 8, c % 8))
+                    .collect::<String>()
+        } else {
+            cs.map(|c| format!("        let {p}{c} = ld_{p}4(row, {c}u);\n")).collect()
+        }
+    };
+    let raise = per_query(&|u| format!("{}s{u} > mx{u} + 8.0", if u > 0 { " || " } else { "" }));
+    let raise = if shared { format!("subgroupAny({raise})") } else { raise };
+    format!(
+        "const QG: u32 = {ROWS_PER_GROUP}u;
+const QPL: u32 = {qpl}u;
+@compute @workgroup_size(QG, 1, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{sl}) {{
+    let T = m(0u);
+    let S = m(1u);
+    let nb = m(3u);
+    let bh = wid.y + wid.z * nwg.y;
+    // This lane's queries: i0 + u * QG for u < QPL.
+    let i0 = wid.x * QG * QPL + lid.x;
+    // Bias offset of this (batch, head) and the stride over keys.
+    var boff = 0u;
+    if (HAS_BIAS) {{
+        var rem = bh;
+        for (var a = nb; a > 0u; a = a - 1u) {{
+            let base = 4u + (a - 1u) * 2u;
+            let size = m(base);
+            boff = boff + (rem % size) * m(base + 1u);
+            rem = rem / size;
+        }}
+    }}
+    let bq = select(0u, m(4u + nb * 2u), HAS_BIAS);
+    let bs = select(0u, m(5u + nb * 2u), HAS_BIAS);
+    {own}
+    let scale = inverseSqrt(f32(D));
+    let z = vec4<f32>(0.0);
+{init}    let kbase = bh * S * D;
+    for (var j = 0u; j < S; j = j + 1u) {{
+        let row = kbase + j * D;
+{k}{dot}        if ({raise}) {{
+{rescale}        }}
+{v}{acc}    }}
+{store}}}
+",
+        sl = if shared { ", @builtin(subgroup_invocation_id) sl: u32" } else { "" },
+        own = if shared { "let own = sl % 8u;" } else { "" },
+        init = per_query(&|u| format!(
+            "    let iq{u} = min(i0 + {u}u * QG, max(T, 1u) - 1u);\n    let qrow{u} = (bh * T + iq{u}) * D;\n    \
+             // Keys a causal query may see: j <= i + S - T (queries aligned with the end).\n    \
+             let last{u} = i32(iq{u}) + i32(S) - i32(T);\n    let boff{u} = boff + iq{u} * bq;\n    \
+             var mx{u} = -3.0e38;\n    var l{u} = 0.0;\n"
+        )) + &each(&|u, c| format!("    let q{u}_{c} = ld_q4(qrow{u}, {c}u) * scale;\n    var o{u}_{c} = z;\n")),
+        k = row_vec4s("k"),
+        dot = per_query(&|u| format!(
+            "        var acc{u} = q{u}_0 * k0;\n{}        var s{u} = acc{u}.x + acc{u}.y + acc{u}.z + acc{u}.w;\n        \
+             if (HAS_BIAS) {{\n            s{u} = s{u} + ld_bias(boff{u} + j * bs);\n        }}\n        \
+             // Masked scores are -1e30: a fully masked row averages its values.\n        \
+             if (CAUSAL && i32(j) > last{u}) {{\n            s{u} = -1.0e30;\n        }}\n",
+            (1..dv).map(|c| format!("        acc{u} = fma(q{u}_{c}, k{c}, acc{u});\n")).collect::<String>()
+        )),
+        rescale = per_query(&|u| format!(
+            "            let nm{u} = max(mx{u}, s{u});\n            let corr{u} = exp(mx{u} - nm{u});\n            \
+             l{u} = l{u} * corr{u};\n            mx{u} = nm{u};\n{}",
+            (0..dv).map(|c| format!("            o{u}_{c} = o{u}_{c} * corr{u};\n")).collect::<String>()
+        )),
+        v = row_vec4s("v") + &per_query(&|u| format!("        let p{u} = exp(s{u} - mx{u});\n        l{u} = l{u} + p{u};\n        let pv{u} = vec4<f32>(p{u});\n")),
+        acc = each(&|u, c| format!("        o{u}_{c} = fma(pv{u}, v{c}, o{u}_{c});\n")),
+        store = per_query(&|u| format!(
+            "    if (i0 + {u}u * QG < T) {{\n        let r{u} = 1.0 / l{u};\n{}    }}\n",
+            (0..dv).map(|c| format!("        store4((bh * T + i0 + {u}u * QG) * D, {c}u, o{u}_{c} * r{u});\n")).collect::<String>()
+        )),
+    )
 }

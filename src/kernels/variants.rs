@@ -221,8 +221,11 @@ pub fn covering_graphs() -> Vec<Tensor> {
             (x.matmul(&w.t()) + 0.5).gelu(),
         ]);
     }
-    // Fused attention: f32 (vec4 rows) and f16, causal, with a padding mask, odd head dim.
+    // Fused attention: f32 (vec4 rows) and f16, causal, with a padding mask, odd head dim,
+    // and (CPU adapters) two queries per lane past 32 queries, rows over 8 vec4s.
     let (q, kv) = (Tensor::rand([1, 2, 5, 8], 14, &d), Tensor::rand([1, 2, 7, 8], 15, &d));
+    let (ql, kvl) = (Tensor::rand([1, 40, 36], 17, &d), Tensor::rand([1, 9, 36], 18, &d));
+    out.push(Tensor::scaled_dot_product_attention_fused(&ql, &kvl, &kvl, None, true));
     let keep = Tensor::rand([1, 1, 1, 7], 16, &d).gt_scalar(0.3);
     out.extend([
         Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), true),
