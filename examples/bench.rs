@@ -46,6 +46,9 @@ struct Args {
     /// Batch sizes for bert-embed.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<usize>,
+    /// Linear weight dtypes for bert-embed (f32, f16, q8_0, q4_0; all by default).
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<String>,
     /// Sequence length (word pieces, [CLS] and [SEP] included) for bert-embed.
     #[arg(long, default_value_t = 128)]
     seq: usize,
@@ -827,6 +830,9 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             Err(e) => eprintln!("bert-embed skipped: {e} (run scripts/fetch_minilm.sh)"),
             Ok(mut emb) => {
                 for dt in quant::MODEL_DTYPES {
+                    if !args.weights.is_empty() && !args.weights.iter().any(|w| w == dt.name()) {
+                        continue;
+                    }
                     pollster::block_on(emb.quantize(dt, None))?;
                     for &batch in &args.batches {
                         // Word pieces between [CLS] and [SEP]: `--seq` in all.
