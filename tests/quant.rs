@@ -31,6 +31,7 @@ fn dequantising_ops_match_the_reference() {
         let blocks = weights(dt, 7, 64, 2);
         let kblocks = weights(dt, 64, 32, 3);
         let wide = weights(dt, 72, 64, 5); // 144 blocks: the GEMV kernel's aligned layout
+        let wide96 = weights(dt, 72, 96, 14);
         check_with(&format!("{dt} ops"), Some(Tol { atol: 2e-4, rtol: 1e-5 }), |d| {
             let w = Tensor::from_quantized(dt, [7, 64], &blocks, d);
             let k = Tensor::from_quantized(dt, [64, 32], &kblocks, d);
@@ -49,8 +50,16 @@ fn dequantising_ops_match_the_reference() {
                 x.narrow(0, 1, 1).matmul(&w2.t()),
                 x.matmul(&w2.t()),
                 rand_t(&[2, 2, 64], 6, -1.0, 1.0, d).matmul(&w2.t()),
-                // More rows (the GEMV kernel in row groups of 8 on CPU adapters).
+                // More rows: the subgroup kernel dequantising its loads on CPU adapters
+                // with subgroups (GEMV in row groups of 8 on their fallback twin): row
+                // counts leaving partial tiles, A stored transposed, a batch, an
+                // epilogue, three blocks per row.
                 rand_t(&[21, 64], 7, -1.0, 1.0, d).matmul(&w2.t()),
+                rand_t(&[70, 64], 8, -1.0, 1.0, d).matmul(&w2.t()),
+                rand_t(&[64, 44], 9, -1.0, 1.0, d).t().matmul(&w2.t()),
+                rand_t(&[3, 12, 64], 10, -1.0, 1.0, d).matmul(&w2.t()),
+                (rand_t(&[40, 64], 11, -1.0, 1.0, d).matmul(&w2.t()) + rand_t(&[72], 12, -1.0, 1.0, d)).gelu(),
+                rand_t(&[33, 96], 13, -1.0, 1.0, d).matmul(&Tensor::from_quantized(dt, [72, 96], &wide96, d).t()),
             ]
         });
     }

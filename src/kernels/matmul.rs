@@ -137,7 +137,21 @@ pub fn render(
     // Few rows against a weight stored [N, K]: the GEMV kernel; on CPU adapters also any
     // number of rows against a quantised weight (blocks dequantised once per 8 rows,
     // lavapipe: Q8_0 128x1536x384 60 -> 14-23 ms).
-    let gemv = (m <= 8 || (caps.direct_matmul && b.dtype().is_quantized()))
+    // Past 8 rows on CPU adapters with subgroups, a quantised weight [N, K] goes through
+    // the subgroup kernel instead, dequantising 4 values per load (a quant word and a
+    // scale: half the storage accesses of f32, which bound lavapipe).
+    let quant_subgroup = caps.direct_matmul
+        && caps.subgroup_min >= 8
+        && m > 8
+        && a.dtype() == DType::F32
+        && matches!(b.dtype(), DType::Q8_0 | DType::Q4_0)
+        && trans_b
+        && k % 32 == 0
+        && (!trans_a || m % 4 == 0)
+        && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0")
+        && std::env::var("TESSERA_MATMUL_QUANT_SUBGROUP").as_deref() != Ok("0");
+    let gemv = !quant_subgroup
+        && (m <= 8 || (caps.direct_matmul && b.dtype().is_quantized()))
         && a.dtype() == DType::F32
         && !trans_a
         && trans_b
@@ -155,18 +169,20 @@ pub fn render(
     // The vec4 kernels (direct, or tiled where the adapter chose it): f32 or f16
     // operands whose loaded rows are 4-aligned.
     // (The tiled one computes 64x64 tiles: thin outputs keep the narrower scalar tiles.)
-    let vec4 = (caps.direct_matmul || (caps.tiled_vec4 && m > 32 && n > 32))
-        && a.dtype() == b.dtype()
-        && matches!(a.dtype(), DType::F32 | DType::F16)
-        && k % 4 == 0
-        && (!trans_a || m % 4 == 0)
-        && (trans_b || n % 4 == 0)
-        && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0");
+    let vec4 = quant_subgroup
+        || ((caps.direct_matmul || (caps.tiled_vec4 && m > 32 && n > 32))
+            && a.dtype() == b.dtype()
+            && matches!(a.dtype(), DType::F32 | DType::F16)
+            && k % 4 == 0
+            && (!trans_a || m % 4 == 0)
+            && (trans_b || n % 4 == 0)
+            && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0"));
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         // The vec4 kernel reads groups of 4: a vec4<f32>, or 4 halves as two u32 words
         // (the same bits whether the adapter stores f16 natively or packed).
         let ty = match (vec4, t.dtype()) {
             (true, DType::F32) => "vec4<f32>",
+            (true, DType::Q8_0 | DType::Q4_0) => "u32",
             (true, _) => "vec2<u32>",
             _ => storage_type(t.dtype(), caps),
         };
@@ -175,6 +191,8 @@ pub fn render(
             src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
         } else if t.dtype() == DType::F32 {
             src.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{ return in_{name}[i]; }}\n"));
+        } else if t.dtype().is_quantized() {
+            src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
         } else {
             src.push_str(&format!(
                 "fn ld4_{name}(i: u32) -> vec4<f32> {{\n    let w = in_{name}[i];\n    \
@@ -219,7 +237,8 @@ pub fn render(
         (false, false) => "",
     };
     let swapped = if swap { "_ct" } else { "" };
-    let label = format!("matmul_{kind}{}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
+    let weights = if quant_subgroup { format!("_{}", b.dtype()) } else { String::new() };
+    let label = format!("matmul_{kind}{}{weights}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
     // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
     // indexed below its size: checked on odd shapes by tests/ops.rs.
     let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized() && epi.is_none();
@@ -436,6 +455,29 @@ fn product_spec(
     let groups = check_groups(&label, groups, caps)?;
     let workgroups = if root.numel() == 0 { [0, 1, 1] } else { groups };
     Ok(KernelSpec::hand_written(label, source, meta, vec![a, b], root, workgroups, true))
+}
+
+/// WGSL `ld4_b(i)` for the subgroup kernel over a quantised weight bound as
+/// `in_b: array<u32>` (scales, then quants from word `qoff`): values `4i .. 4i + 3` of the
+/// weight in row-major order, dequantised. K % 32 == 0, so the four lie in one block:
+/// block `i / 8`, at offset `4 (i % 8)` in it.
+fn quant_ld4(dtype: DType, qoff: &str) -> String {
+    let scale = "    let blk = i >> 3u;\n    let s = unpack2x16float(in_b[blk >> 1u])[blk & 1u];\n";
+    let body = if dtype == DType::Q8_0 {
+        // Q8_0: the block's 32 bytes are 8 words in order; word i holds the four.
+        format!(
+            "    let w = in_b[{qoff} + i];\n    \
+             return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u)) * s;\n"
+        )
+    } else {
+        // Q4_0: 16 bytes, byte j holding value j in its low nibble and j + 16 in its high.
+        format!(
+            "    let t = i & 7u;\n    let w = in_b[{qoff} + blk * 4u + (t & 3u)] >> select(0u, 4u, t >= 4u);\n    \
+             let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u);\n    \
+             return (vec4<f32>(b) - 8.0) * s;\n"
+        )
+    };
+    format!("fn ld4_b(i: u32) -> vec4<f32> {{\n{scale}{body}}}\n")
 }
 
 /// WGSL `dot_block(blk, xv)` for the GEMV kernel: block `blk` (32 values) of a weight in

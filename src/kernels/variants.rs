@@ -220,6 +220,10 @@ pub fn covering_graphs() -> Vec<Tensor> {
             w.t().matmul(&w.cast(DType::F32)),
             (x.matmul(&w.t()) + 0.5).gelu(),
         ]);
+        // Past 8 rows on CPU adapters with subgroups: the subgroup kernel's dequantising loads.
+        let wide: Vec<f32> = (0..64 * 72).map(|i| (i % 11) as f32 - 5.0).collect();
+        let w2 = Tensor::from_quantized(q, [72, 64], &crate::quant::quantize(q, &wide), &d);
+        out.push((Tensor::rand([12, 64], 10, &d).matmul(&w2.t()) + 0.5).gelu());
     }
     // Fused attention: f32 (vec4 rows) and f16, causal, with a padding mask, odd head dim,
     // and (CPU adapters) two queries per lane past 32 queries, rows over 8 vec4s.
