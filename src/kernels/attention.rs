@@ -67,8 +67,12 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         if causal { "_causal" } else { "" },
         if has_bias { "_mask" } else { "" }
     );
-    // CPU adapters: one invocation per query, no workgroup memory or barriers.
-    let per_row = caps.direct_matmul && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
+    // CPU adapters: one invocation per query, no workgroup memory or barriers. (Native
+    // only: measured on lavapipe, not on the browser's SwiftShader, and the wasm build
+    // has a size budget.)
+    let per_row = cfg!(not(target_arch = "wasm32"))
+        && caps.direct_matmul
+        && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
     let (label, qw) = if per_row {
         let shared = caps.subgroup_min >= 8;
         src.push_str(&format!(

@@ -140,7 +140,8 @@ pub fn render(
     // Past 8 rows on CPU adapters with subgroups, a quantised weight [N, K] goes through
     // the subgroup kernel instead, dequantising 4 values per load (a quant word and a
     // scale: half the storage accesses of f32, which bound lavapipe).
-    let quant_subgroup = caps.direct_matmul
+    let quant_subgroup = cfg!(not(target_arch = "wasm32"))
+        && caps.direct_matmul
         && caps.subgroup_min >= 8
         && m > 8
         && a.dtype() == DType::F32
