@@ -14,7 +14,8 @@
 //       bias stride; then the bias strides over T and S (HAS_BIAS only).
 // Inputs: q [.., T, D], k and v [.., S, D] (same batch axes, contiguous), bias
 // broadcastable to [.., T, S] (additive, f32). The header defines D, BK, QW, SPLIT, KB,
-// TILE, CAUSAL, HAS_BIAS, ld_q4/ld_k4/ld_v4/ld_bias and store4(base, c, values).
+// TILE, CAUSAL, HAS_BIAS, ld_q4/ld_k4/ld_v4/ld_bias, bias_head_offset and
+// store4(base, c, values).
 
 // Rows are held as DV = ceil(D / 4) vec4s (zero-padded); ld_q4/ld_k4/ld_v4(base, c) load
 // the c-th vec4 of the row starting at element `base` (one vec4 load for 4-aligned f32).
@@ -39,14 +40,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     // Bias offset of this (batch, head, query) row.
     var boff = 0u;
     if (HAS_BIAS) {
-        var rem = bh;
-        for (var a = nb; a > 0u; a = a - 1u) {
-            let base = 4u + (a - 1u) * 2u;
-            let size = m(base);
-            boff = boff + (rem % size) * m(base + 1u);
-            rem = rem / size;
-        }
-        boff = boff + iq * m(4u + nb * 2u);
+        boff = bias_head_offset(bh, nb) + iq * m(4u + nb * 2u);
     }
     let bs = select(0u, m(5u + nb * 2u), HAS_BIAS);
 

@@ -60,6 +60,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
     }
     src.push_str(&store_fn(out_dt, caps));
+    src.push_str(BIAS_HEAD_OFFSET);
     let bh: usize = lead.iter().product();
     let label = format!(
         "attention_{}_d{d}{}{}",
@@ -97,6 +98,22 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }
+
+/// WGSL `bias_head_offset(bh, nb)`: where the bias of (batch, head) `bh` starts, from
+/// the size and bias stride of each of the `nb` batch axes (meta from word 4, outer
+/// first), for both kernels.
+const BIAS_HEAD_OFFSET: &str = "fn bias_head_offset(bh: u32, nb: u32) -> u32 {
+    var off = 0u;
+    var rem = bh;
+    for (var a = nb; a > 0u; a = a - 1u) {
+        let base = 4u + (a - 1u) * 2u;
+        let size = m(base);
+        off = off + (rem % size) * m(base + 1u);
+        rem = rem / size;
+    }
+    return off;
+}
+";
 
 /// Append the tiled kernel's constants and `shaders/attention.wgsl`; returns the queries
 /// per workgroup.
@@ -182,16 +199,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let bh = wid.y + wid.z * nwg.y;
     // This lane's queries: i0 + u * QG for u < QPL.
     let i0 = wid.x * QG * QPL + lid.x;
-    // Bias offset of this (batch, head) and the stride over keys.
+    // Bias offset of this (batch, head), and the strides over queries and keys.
     var boff = 0u;
     if (HAS_BIAS) {{
-        var rem = bh;
-        for (var a = nb; a > 0u; a = a - 1u) {{
-            let base = 4u + (a - 1u) * 2u;
-            let size = m(base);
-            boff = boff + (rem % size) * m(base + 1u);
-            rem = rem / size;
-        }}
+        boff = bias_head_offset(bh, nb);
     }}
     let bq = select(0u, m(4u + nb * 2u), HAS_BIAS);
     let bs = select(0u, m(5u + nb * 2u), HAS_BIAS);
