@@ -44,6 +44,10 @@ struct Args {
     /// Table sizes for `--bench-sparse`; the ratio is last over first.
     #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 1_000_000])]
     bench_rows: Vec<usize>,
+    /// Timed rounds per table size for `--bench-sparse` (15 steps each; the median
+    /// round counts).
+    #[arg(long, default_value_t = 5)]
+    bench_rounds: usize,
     #[arg(long)]
     quiet: bool,
 }
@@ -106,7 +110,7 @@ fn run(args: Args) -> Result<()> {
     let dev = Device::new()?;
     eprintln!("device: {} ({})", dev.info().name, dev.info().placement);
     if args.bench_sparse {
-        return bench_sparse(&dev, &args.bench_rows);
+        return bench_sparse(&dev, &args.bench_rows, args.bench_rounds.max(1));
     }
     let data = MovieLens::load(&args.data.clone().unwrap_or_else(MovieLens::default_path))?;
     let mut result = serde_json::Map::new();
@@ -382,7 +386,7 @@ fn two_tower(
 /// 1,000,000 rows, 5,600 at 10,000), and uniformly over 10,000 rows spread across the
 /// table (the same rows touched per batch whatever the size: what isolates the table's
 /// size). Sizes are timed in alternating rounds; the median round counts.
-fn bench_sparse(dev: &Device, sizes: &[usize]) -> Result<()> {
+fn bench_sparse(dev: &Device, sizes: &[usize], timed_rounds: usize) -> Result<()> {
     #[derive(Module)]
     struct Net {
         bag: EmbeddingBag,
@@ -423,7 +427,7 @@ fn bench_sparse(dev: &Device, sizes: &[usize]) -> Result<()> {
         let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
         let (mut submits, mut kernels) = (vec![0.0; sizes.len()], vec![0.0; sizes.len()]);
         let per_round = 15;
-        for _ in 0..5 {
+        for _ in 0..timed_rounds {
             for (k, n) in nets.iter_mut().enumerate() {
                 // The CPU backend has no queue: count realisations there.
                 let count = || if dev.is_cpu() { dev.stats().realizations } else { dev.stats().submits };

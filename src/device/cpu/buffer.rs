@@ -67,6 +67,12 @@ impl Drop for CpuBuffer {
     }
 }
 
+/// `v` after `f` has seen it.
+fn with<T>(mut v: Vec<T>, f: impl FnOnce(&mut [T])) -> Vec<T> {
+    f(&mut v);
+    v
+}
+
 /// Values computed for a chunk of indices, in the compute type of their dtype.
 #[derive(Clone, Debug)]
 pub(crate) enum Vals {
@@ -174,12 +180,15 @@ impl HostBuffer {
     }
 
     /// An output buffer of `dtype` for `n` elements, written by kernels.
+    /// A large one is backed by huge pages where the OS allows (a table whose rows are
+    /// gathered and scattered at random, [`super::memory`]).
     pub fn zeros(dtype: DType, n: usize) -> HostBuffer {
+        use super::memory::advise_huge_pages as huge;
         match dtype {
-            DType::F32 => HostBuffer::F32(vec![0.0; n]),
-            DType::F16 => HostBuffer::F16(vec![f16::ZERO; n]),
-            DType::I32 => HostBuffer::I32(vec![0; n]),
-            DType::U32 => HostBuffer::U32(vec![0; n]),
+            DType::F32 => HostBuffer::F32(with(vec![0.0; n], huge)),
+            DType::F16 => HostBuffer::F16(with(vec![f16::ZERO; n], huge)),
+            DType::I32 => HostBuffer::I32(with(vec![0; n], huge)),
+            DType::U32 => HostBuffer::U32(with(vec![0; n], huge)),
             DType::Bool => HostBuffer::Bool(vec![0; n]),
             DType::Q8_0 | DType::Q4_0 => HostBuffer::Quant(dtype, vec![0; quant::gguf_bytes(dtype, n)]),
         }
@@ -249,7 +258,18 @@ impl HostBuffer {
         fn go<T: Copy, U: Copy>(v: &[T], runs: &[(usize, usize)], stride: usize, f: impl Fn(T) -> U) -> Vec<U> {
             let n = runs.iter().map(|r| r.1).sum();
             let mut out = Vec::with_capacity(n);
-            for &(s, l) in runs {
+            // Rows of a table gathered at random: start loading a few rows ahead.
+            const AHEAD: usize = 16;
+            let far = stride == 1 && runs.len() > 1;
+            if far {
+                runs.iter().take(AHEAD).for_each(|&(s, l)| super::memory::prefetch_run(v, s, l));
+            }
+            for (k, &(s, l)) in runs.iter().enumerate() {
+                if far {
+                    if let Some(&(s2, l2)) = runs.get(k + AHEAD) {
+                        super::memory::prefetch_run(v, s2, l2);
+                    }
+                }
                 match stride {
                     1 => out.extend(v[s..s + l].iter().map(|&x| f(x))),
                     0 => out.extend(std::iter::repeat_n(f(v[s]), l)),

@@ -19,6 +19,7 @@ pub(crate) mod buffer;
 mod expr;
 mod math;
 mod matmul;
+mod memory;
 mod par;
 mod reduce;
 pub(crate) mod reference;
@@ -161,12 +162,7 @@ fn scatter_in_place(
     let d = ins[0].dims()[1];
     let r = ins[0].dims()[0];
     if let HostBuffer::F32(table_values) = owned.data_mut() {
-        for (u, &row) in rows.iter().enumerate() {
-            if row >= 0 && (row as usize) < r {
-                let at = row as usize * d;
-                table_values[at..at + d].copy_from_slice(&values[u * d..(u + 1) * d]);
-            }
-        }
+        write_rows(table_values, 0, rows, values, d.max(1), r);
     }
     let out = Arc::new(owned);
     if from_tensor {
@@ -175,6 +171,44 @@ fn scatter_in_place(
         produced.insert(table.id(), out.clone());
     }
     Ok(out)
+}
+
+/// `table[rows[u]] = values[u]` for every row of `rows` in range (`table` holds rows
+/// `first..` of `d` values, `num` rows in the whole table; a later duplicate wins). Each
+/// destination row is prefetched a few rows ahead; rows in strictly increasing order
+/// (what sparse optimisers write) are split across threads, each half of the rows
+/// writing its own half of the table.
+fn write_rows(table: &mut [f32], first: usize, rows: &[i32], values: &[f32], d: usize, num: usize) {
+    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
+    if increasing && par::worth(rows.len() * d) && rows.len() >= 2 {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let half = rows.len() / 2;
+            // Rows from `rows[half]` on lie at or past this table row.
+            let split = (rows[half].max(0) as usize).clamp(first, first + table.len() / d);
+            let (lo, hi) = table.split_at_mut((split - first) * d);
+            let (lo_v, hi_v) = values.split_at(half * d);
+            rayon::join(
+                || write_rows(lo, first, &rows[..half], lo_v, d, num),
+                || write_rows(hi, split, &rows[half..], hi_v, d, num),
+            );
+            return;
+        }
+    }
+    const AHEAD: usize = 16;
+    let len = table.len();
+    let at = |row: i32| -> Option<usize> {
+        let row = usize::try_from(row).ok().filter(|&r| r < num && r >= first)?;
+        Some((row - first) * d).filter(|&a| a + d <= len)
+    };
+    for (u, &row) in rows.iter().enumerate() {
+        if let Some(a) = rows.get(u + AHEAD).and_then(|&r| at(r)) {
+            memory::prefetch_run(table, a, d);
+        }
+        if let Some(a) = at(row) {
+            table[a..a + d].copy_from_slice(&values[u * d..(u + 1) * d]);
+        }
+    }
 }
 
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
