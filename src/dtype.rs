@@ -135,6 +135,23 @@ pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {
     fn to_f64(self) -> f64;
     /// Conversion from an f64 already rounded to `DTYPE`.
     fn from_f64(v: f64) -> Self;
+    /// One element from the bytes device storage holds for it ([`DType::size_in_bytes`]
+    /// of them, little-endian; a bool as a `u32`).
+    fn from_device_bytes(b: &[u8]) -> Self {
+        Self::from_f64(decode(Self::DTYPE, b, 1)[0])
+    }
+}
+
+/// `n` elements of `T` from device bytes, with no f64 in between (a readback of
+/// millions of values stays one pass).
+pub(crate) fn decode_as<T: Element>(bytes: &[u8], n: usize) -> Vec<T> {
+    let w = T::DTYPE.size_in_bytes();
+    bytes.chunks_exact(w).take(n).map(T::from_device_bytes).collect()
+}
+
+/// Four little-endian bytes from the start of `b`.
+fn le4(b: &[u8]) -> [u8; 4] {
+    [b[0], b[1], b[2], b[3]]
 }
 
 impl Element for f32 {
@@ -144,6 +161,9 @@ impl Element for f32 {
     }
     fn from_f64(v: f64) -> Self {
         v as f32
+    }
+    fn from_device_bytes(b: &[u8]) -> Self {
+        f32::from_le_bytes(le4(b))
     }
 }
 
@@ -155,6 +175,9 @@ impl Element for f16 {
     fn from_f64(v: f64) -> Self {
         f16::from_f64(v)
     }
+    fn from_device_bytes(b: &[u8]) -> Self {
+        f16::from_bits(u16::from_le_bytes([b[0], b[1]]))
+    }
 }
 
 impl Element for i32 {
@@ -165,6 +188,9 @@ impl Element for i32 {
     fn from_f64(v: f64) -> Self {
         v as i32
     }
+    fn from_device_bytes(b: &[u8]) -> Self {
+        i32::from_le_bytes(le4(b))
+    }
 }
 
 impl Element for u32 {
@@ -174,6 +200,9 @@ impl Element for u32 {
     }
     fn from_f64(v: f64) -> Self {
         v as u32
+    }
+    fn from_device_bytes(b: &[u8]) -> Self {
+        u32::from_le_bytes(le4(b))
     }
 }
 
@@ -188,6 +217,9 @@ impl Element for bool {
     }
     fn from_f64(v: f64) -> Self {
         v != 0.0
+    }
+    fn from_device_bytes(b: &[u8]) -> Self {
+        u32::from_le_bytes(le4(b)) != 0
     }
 }
 

@@ -203,8 +203,7 @@ impl Tensor {
     /// Read the values back, in row-major order. `T` must match the dtype.
     pub async fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.check_element::<T>()?;
-        let mut v = self.device().read(std::slice::from_ref(self)).await?;
-        Ok(v.pop().unwrap_or_default().into_iter().map(T::from_f64).collect())
+        self.device().read_as::<T>(self).await
     }
 
     /// Read the values back as f64, whatever the dtype (bool as 0/1).

@@ -613,7 +613,19 @@ impl Device {
 
     /// Realise `targets` and read them back as f64 (one submit on a GPU).
     pub async fn read(&self, targets: &[Tensor]) -> Result<Vec<Vec<f64>>> {
-        Ok(self.run(targets, targets.len()).await?.unwrap_or_default())
+        let read = self.run(targets, targets.len()).await?.unwrap_or_default();
+        Ok(read.into_iter().zip(targets).map(|(r, t)| r.into_f64(t)).collect())
+    }
+
+    /// Realise `t` and read it back as `T`, its own element type (one submit on a GPU),
+    /// decoded straight from the device's bytes.
+    pub(crate) async fn read_as<T: crate::dtype::Element>(&self, t: &Tensor) -> Result<Vec<T>> {
+        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
+        Ok(match read.pop() {
+            Some(Readback::Bytes(b)) => crate::dtype::decode_as(&b, t.numel()),
+            Some(Readback::F64(v)) => v.into_iter().map(T::from_f64).collect(),
+            None => Vec::new(),
+        })
     }
 
     /// Realise `read` and `keep` together (one submit on a GPU); read back only `read`.
@@ -621,7 +633,8 @@ impl Device {
     pub async fn read_and_realize(&self, read: &[Tensor], keep: &[Tensor]) -> Result<Vec<Vec<f64>>> {
         let mut all = read.to_vec();
         all.extend_from_slice(keep);
-        Ok(self.run(&all, read.len()).await?.unwrap_or_default())
+        let values = self.run(&all, read.len()).await?.unwrap_or_default();
+        Ok(values.into_iter().zip(read).map(|(r, t)| r.into_f64(t)).collect())
     }
 
     /// Realise `target` and write it into a texture in the same submit (wgpu only).
@@ -639,7 +652,7 @@ impl Device {
         }
     }
 
-    async fn run(&self, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
+    async fn run(&self, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Readback>>> {
         for t in targets {
             t.check()?;
             if !t.device().same(self) {
@@ -657,8 +670,25 @@ impl Device {
             Backend::Reference { exact } => {
                 let mut vals = cpu::reference::run(targets, *exact)?;
                 vals.truncate(n_read);
-                Ok((n_read > 0).then_some(vals))
+                Ok((n_read > 0).then(|| vals.into_iter().map(Readback::F64).collect()))
             }
+        }
+    }
+}
+
+/// A target's values as a backend read them: the bytes device storage holds (wgpu, the
+/// CPU backend), or f64 (the reference interpreter, exact).
+pub(crate) enum Readback {
+    Bytes(Vec<u8>),
+    F64(Vec<f64>),
+}
+
+impl Readback {
+    /// The values of `t` as f64.
+    fn into_f64(self, t: &Tensor) -> Vec<f64> {
+        match self {
+            Readback::Bytes(b) => crate::dtype::decode(t.dtype(), &b, t.numel()),
+            Readback::F64(v) => v,
         }
     }
 }

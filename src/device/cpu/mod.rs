@@ -26,7 +26,7 @@ pub(crate) mod reference;
 mod rows;
 mod sgemm;
 
-use crate::device::{Device, Storage};
+use crate::device::{Device, Readback, Storage};
 use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};
 use crate::graph::Op;
 use crate::stats::Counter;
@@ -39,8 +39,8 @@ use std::sync::Arc;
 pub(crate) use par::threads;
 
 /// Realise `targets` on the CPU backend and return the values of the first `n_read`
-/// (`None` when `n_read` is 0).
-pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Vec<f64>>>> {
+/// as device bytes (`None` when `n_read` is 0).
+pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Readback>>> {
     let mut sched = crate::graph::schedule::schedule_with(targets, usize::MAX, u64::MAX, false);
     if std::env::var("TESSERA_EPILOGUE").as_deref() != Ok("0") {
         crate::graph::schedule::fuse_epilogues(&mut sched, targets, usize::MAX, u64::MAX, true);
@@ -117,7 +117,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             },
         };
         if i < n_read {
-            out.push(b.to_f64(t.numel()));
+            out.push(Readback::Bytes(b.device_bytes()));
         }
     }
     Ok((n_read > 0).then_some(out))

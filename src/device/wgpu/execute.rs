@@ -290,7 +290,7 @@ pub(crate) async fn run(
     targets: &[Tensor],
     n_read: usize,
     sink: Option<&super::interop::TextureSink>,
-) -> Result<Option<Vec<Vec<f64>>>> {
+) -> Result<Option<Vec<crate::device::Readback>>> {
     let read = n_read > 0;
     let _serial = ctx.exclusive();
     ctx.check_alive()?;
@@ -612,11 +612,5 @@ pub(crate) async fn run(
     ctx.resolve_checks(&checks).await?;
     let bufs: Vec<(&wgpu::Buffer, u64)> = staging.iter().map(|(b, n)| (b.buffer(), *n)).collect();
     let bytes = ctx.map_read(&bufs).await?;
-    Ok(Some(
-        targets[..n_read.min(targets.len())]
-            .iter()
-            .zip(bytes)
-            .map(|(t, b)| crate::dtype::decode(t.dtype(), &b, t.numel()))
-            .collect(),
-    ))
+    Ok(Some(bytes.into_iter().map(crate::device::Readback::Bytes).collect()))
 }
