@@ -370,7 +370,8 @@ fn tiles(
         // Whole rows per workgroup (uniform A loads), lanes over the columns: TN
         // strided columns each, or 4 consecutive ones in the vec4 kernel.
         let (tile_m, tile_n) = (caps.matmul_tile.0.max(1) as usize, caps.matmul_tile.1.max(1) as usize);
-        let tm = m.next_power_of_two().clamp(1, tile_m);
+        // (The vec4 kernel names its accumulators: at most 8 rows.)
+        let tm = m.next_power_of_two().clamp(1, if vec4 { tile_m.min(8) } else { tile_m });
         let tn = match n {
             0..=64 => 1,
             65..=128 => 2,

@@ -22,30 +22,32 @@ use std::panic::Location;
 /// Workgroup size of 1-D kernels.
 pub const WG: u32 = 256;
 
-/// The WGSL sources of `shaders/`, embedded at build time.
+/// The WGSL sources of `shaders/`, embedded at build time (`build.rs` copies them;
+/// the wasm build leaves out their whole-line comments).
 pub mod sources {
-    pub const COMMON: &str = include_str!("../../shaders/common.wgsl");
-    pub const ELEMENTWISE: &str = include_str!("../../shaders/elementwise.wgsl");
-    pub const ELEMENTWISE_VEC4: &str = include_str!("../../shaders/elementwise_vec4.wgsl");
-    pub const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
-    pub const REDUCE_SMALL: &str = include_str!("../../shaders/reduce_small.wgsl");
-    pub const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
-    pub const MATMUL_DIRECT: &str = include_str!("../../shaders/matmul_direct.wgsl");
-    pub const MATMUL_DIRECT_VEC4: &str = include_str!("../../shaders/matmul_direct_vec4.wgsl");
-    pub const MATMUL_DIRECT_SUBGROUP: &str = include_str!("../../shaders/matmul_direct_subgroup.wgsl");
-    pub const MATMUL_VEC4: &str = include_str!("../../shaders/matmul_vec4.wgsl");
-    pub const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
-    pub const NORM: &str = include_str!("../../shaders/norm.wgsl");
-    pub const NORM_ROWS: &str = include_str!("../../shaders/norm_rows.wgsl");
-    pub const SOFTMAX_ROWS: &str = include_str!("../../shaders/softmax_rows.wgsl");
-    pub const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
-    pub const GEMV: &str = include_str!("../../shaders/gemv.wgsl");
-    pub const MATMUL_BATCH: &str = include_str!("../../shaders/matmul_batch.wgsl");
-    pub const QUANTIZE: &str = include_str!("../../shaders/quantize.wgsl");
-    pub const TEXTURE: &str = include_str!("../../shaders/texture.wgsl");
-    pub const SEGMENT_REDUCE: &str = include_str!("../../shaders/segment_reduce.wgsl");
-    pub const SCATTER_ROWS: &str = include_str!("../../shaders/scatter_rows.wgsl");
-    pub const TOPK: &str = include_str!("../../shaders/topk.wgsl");
+    pub const COMMON: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/common.wgsl"));
+    pub const ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise.wgsl"));
+    pub const ELEMENTWISE_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_vec4.wgsl"));
+    pub const REDUCE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl"));
+    pub const REDUCE_SMALL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce_small.wgsl"));
+    pub const MATMUL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul.wgsl"));
+    pub const MATMUL_DIRECT: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct.wgsl"));
+    pub const MATMUL_DIRECT_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_vec4.wgsl"));
+    pub const MATMUL_DIRECT_SUBGROUP: &str =
+        include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_subgroup.wgsl"));
+    pub const MATMUL_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_vec4.wgsl"));
+    pub const ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl"));
+    pub const NORM: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));
+    pub const NORM_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows.wgsl"));
+    pub const SOFTMAX_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows.wgsl"));
+    pub const SOFTMAX: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl"));
+    pub const GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv.wgsl"));
+    pub const MATMUL_BATCH: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_batch.wgsl"));
+    pub const QUANTIZE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/quantize.wgsl"));
+    pub const TEXTURE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/texture.wgsl"));
+    pub const SEGMENT_REDUCE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/segment_reduce.wgsl"));
+    pub const SCATTER_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/scatter_rows.wgsl"));
+    pub const TOPK: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl"));
 }
 
 /// What the target adapter can do, as far as shader text is concerned.

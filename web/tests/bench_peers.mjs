@@ -18,6 +18,7 @@
 // the naive kernel's speed on the chain, at most 0.5 ms for the tiny op.
 //
 //   node web/tests/bench_peers.mjs [--seconds 2] [--json] [--cases matmul,chain,conv2d,tiny]
+//                                  [--tessera-matmul tiled|direct]
 // scripts/bench_web.sh builds the package, makes the ONNX models and runs it.
 import { chromium } from "playwright-core";
 import { serve } from "../serve.mjs";
@@ -30,6 +31,8 @@ const opt = (name, dflt) => {
 const seconds = Number(opt("seconds", "2"));
 const cases = opt("cases", "matmul,chain,conv2d,tiny").split(",");
 const json = args.includes("--json");
+// Tessera's WebGPU matmul kernel: the device's default, or "tiled" / "direct".
+const tesseraMatmul = opt("tessera-matmul", "");
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
@@ -44,7 +47,7 @@ try {
   await page.goto(`${url}/web/tests/bench_peers.html`);
   await page.evaluate(() => window.loaded);
   page.setDefaultTimeout(0);
-  const rows = await page.evaluate(async ({ seconds, cases }) => {
+  const rows = await page.evaluate(async ({ seconds, cases, tesseraMatmul }) => {
     const T = window.T, ort = window.ort, tf = window.tf;
     // Median ms of `run` after `warm` warm-ups: at least `min` runs and `seconds`.
     // `batch` runs per sample, back to back, for ops shorter than the page's clock
@@ -120,7 +123,7 @@ try {
     tf.env().set("WEBGPU_CPU_FORWARD", false);
     await tf.setBackend("webgpu");
     await tf.ready();
-    const tessera = await T.Tessera.init({ backend: "webgpu" });
+    const tessera = await T.Tessera.init({ backend: "webgpu", ...(tesseraMatmul ? { matmul: tesseraMatmul } : {}) });
     const sessions = {};
     const ortSession = async (name) => {
       const bytes = new Uint8Array(await (await fetch(`/web/tests/fixtures/${name}`)).arrayBuffer());
@@ -302,7 +305,7 @@ try {
       ], { warm: 10, min: 9, batch: 50 });
     }
     return { adapter: `${info.vendor ?? ""} ${info.architecture ?? ""} ${info.description ?? ""}`.trim(), rows: out };
-  }, { seconds, cases });
+  }, { seconds, cases, tesseraMatmul });
 
   const byCase = {};
   for (const r of rows.rows) (byCase[r.case] ??= []).push(r);
