@@ -268,3 +268,30 @@ pub(crate) fn decode(dtype: DType, bytes: &[u8], n: usize) -> Vec<f64> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Typed decoding agrees with the f64 decoding for every element type, from aligned
+    /// bytes and from bytes one past an alignment boundary.
+    #[test]
+    fn decode_as_matches_decode() {
+        fn check<T: Element + PartialEq>(values: &[f64]) {
+            let bytes = encode(T::DTYPE, values);
+            let n = values.len();
+            let want: Vec<T> = decode(T::DTYPE, &bytes, n).into_iter().map(T::from_f64).collect();
+            assert_eq!(decode_as::<T>(&bytes, n), want, "{} aligned", T::DTYPE);
+            let mut shifted = vec![0u8];
+            shifted.extend_from_slice(&bytes);
+            assert_eq!(decode_as::<T>(&shifted[1..], n), want, "{} unaligned", T::DTYPE);
+            assert_eq!(decode_as::<T>(&bytes, n - 1), want[..n - 1], "{} prefix", T::DTYPE);
+        }
+        let v = [1.5, -2.0, 0.0, 3.25, 1e6, -7.0, 65504.0];
+        check::<f32>(&v);
+        check::<f16>(&v);
+        check::<i32>(&v);
+        check::<u32>(&[1.0, 2.0, 0.0, 4e9, 7.0]);
+        check::<bool>(&[1.0, 0.0, 1.0, 1.0, 0.0]);
+    }
+}

@@ -206,6 +206,31 @@ impl Tensor {
         self.device().read_as::<T>(self).await
     }
 
+    /// Read the values back as little-endian bytes of the tensor's element type, in
+    /// row-major order (numpy's `tobytes`): 4 per f32, i32 or u32, 2 per f16, 1 per bool
+    /// (0 or 1). A page wraps them in a typed array without a per-element loop.
+    /// Quantised tensors have no element bytes: dequantise them first (`cast`).
+    pub async fn to_le_bytes(&self) -> Result<Vec<u8>> {
+        self.check()?;
+        let dtype = self.dtype();
+        if dtype.is_quantized() {
+            return Err(Error::DType {
+                op: "to_le_bytes",
+                dtypes: vec![dtype],
+                detail: "a quantised tensor has blocks, not element bytes: cast it to f32 first".into(),
+                location: self.location(),
+            });
+        }
+        let n = self.numel();
+        let mut b = self.device().read_bytes_of(self).await?;
+        if dtype == DType::Bool {
+            // Device storage holds a bool as a u32.
+            return Ok(b.chunks_exact(4).take(n).map(|w| u8::from(w != [0, 0, 0, 0])).collect());
+        }
+        b.truncate(n * dtype.size_in_bytes());
+        Ok(b)
+    }
+
     /// Read the values back as f64, whatever the dtype (bool as 0/1).
     pub async fn to_f64_vec(&self) -> Result<Vec<f64>> {
         let mut v = self.device().read(std::slice::from_ref(self)).await?;

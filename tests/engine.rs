@@ -582,3 +582,27 @@ fn matmul_epilogues_are_fused_into_the_product() {
         assert_eq!(kernels(&[q.relu(), q.exp()]), want, "a product read twice keeps its kernel on {d}");
     }
 }
+
+/// `to_le_bytes` gives each dtype's element bytes (numpy's `tobytes`) on every device and
+/// the reference, computed or uploaded, and refuses quantised tensors.
+#[test]
+fn to_le_bytes_per_dtype() {
+    let f = [1.5f32, -2.0, 0.0, 3.25, 1e6];
+    let want_f32: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let want_i32: Vec<u8> = [1i32, -2, 0, 3, 1_000_000].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let want_u32: Vec<u8> = [2u32, 0, 4_000_000_000, 3, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let want_f16: Vec<u8> = f.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+    for dev in devices().into_iter().chain([Device::reference()]) {
+        let x = Tensor::from_slice(&f, [5], &dev);
+        let computed = x.mul_scalar(1.0);
+        let read = |t: &Tensor| pollster::block_on(t.to_le_bytes()).unwrap();
+        assert_eq!(read(&x), want_f32, "f32 on {dev}");
+        assert_eq!(read(&computed), want_f32, "computed f32 on {dev}");
+        assert_eq!(read(&Tensor::from_slice(&[1i32, -2, 0, 3, 1_000_000], [5], &dev)), want_i32, "i32 on {dev}");
+        assert_eq!(read(&Tensor::from_slice(&[2u32, 0, 4_000_000_000, 3, 7], [5], &dev)), want_u32, "u32 on {dev}");
+        assert_eq!(read(&x.cast(DType::F16)), want_f16, "f16 on {dev}");
+        assert_eq!(read(&x.gt_scalar(0.5)), vec![1, 0, 0, 1, 1], "bool on {dev}");
+        let q = Tensor::ones([1, 32], DType::F32, &dev).cast(DType::Q8_0);
+        assert!(pollster::block_on(q.to_le_bytes()).is_err(), "q8_0 on {dev}");
+    }
+}

@@ -628,6 +628,17 @@ impl Device {
         })
     }
 
+    /// Realise `t` and read back the bytes its storage holds (one submit on a GPU; the
+    /// reference device encodes its f64 values as the dtype's device bytes).
+    pub(crate) async fn read_bytes_of(&self, t: &Tensor) -> Result<Vec<u8>> {
+        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
+        Ok(match read.pop() {
+            Some(Readback::Bytes(b)) => b,
+            Some(Readback::F64(v)) => crate::dtype::encode(t.dtype(), &v),
+            None => Vec::new(),
+        })
+    }
+
     /// Realise `read` and `keep` together (one submit on a GPU); read back only `read`.
     /// A training step uses it: the loss is read, the new parameters stay on the device.
     pub async fn read_and_realize(&self, read: &[Tensor], keep: &[Tensor]) -> Result<Vec<Vec<f64>>> {

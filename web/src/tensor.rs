@@ -667,9 +667,16 @@ binary! {
 /// Read a tensor as the typed array for its dtype.
 pub(crate) async fn read(t: Tensor) -> tessera::Result<JsValue> {
     Ok(match t.dtype() {
-        DType::F32 => Float32Array::from(&t.to_vec::<f32>().await?[..]).into(),
-        DType::I32 => Int32Array::from(&t.to_vec::<i32>().await?[..]).into(),
-        DType::U32 => Uint32Array::from(&t.to_vec::<u32>().await?[..]).into(),
+        // The bytes copied out of wasm memory once, then viewed as the typed array.
+        DType::F32 | DType::I32 | DType::U32 => {
+            let n = t.numel() as u32;
+            let bytes = Uint8Array::from(&t.to_le_bytes().await?[..]).buffer();
+            match t.dtype() {
+                DType::F32 => Float32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),
+                DType::I32 => Int32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),
+                _ => Uint32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),
+            }
+        }
         DType::Bool => {
             let v: Vec<u8> = t.to_f64_vec().await?.into_iter().map(|x| (x != 0.0) as u8).collect();
             Uint8Array::from(&v[..]).into()
