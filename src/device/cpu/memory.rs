@@ -6,6 +6,7 @@
 //! nothing.
 
 /// Buffers at least this large ask for huge pages.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const HUGE_FROM_BYTES: usize = 8 << 20;
 
 /// Ask the CPU to start loading the cache line of `v[i]` (nothing when `i` is out of
@@ -47,17 +48,14 @@ pub(crate) fn prefetch_run<T>(v: &[T], start: usize, len: usize) {
 /// before the pages are first written: a zeroed `Vec` from the allocator has not
 /// touched them yet.
 pub(crate) fn advise_huge_pages<T>(v: &mut [T]) {
-    let bytes = std::mem::size_of_val(v);
-    if bytes < HUGE_FROM_BYTES {
-        return;
-    }
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
+        let bytes = std::mem::size_of_val(v);
         let start = v.as_mut_ptr() as usize;
         let first = start.next_multiple_of(HUGE);
         let end = (start + bytes) / HUGE * HUGE;
-        if end > first {
+        if bytes >= HUGE_FROM_BYTES && end > first {
             // SAFETY: the range lies inside `v`'s allocation and is page-aligned;
             // MADV_HUGEPAGE changes how the kernel backs it, never its contents. A
             // refusal (no THP support) is ignored: the hint is optional.
@@ -66,6 +64,8 @@ pub(crate) fn advise_huge_pages<T>(v: &mut [T]) {
             }
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
 }
 
 #[cfg(test)]
