@@ -8,31 +8,13 @@
 //
 //   node web/tests/bench.mjs [--sizes 256,512,1024] [--seconds 2] [--json]
 // scripts/bench_web.sh builds the package and runs it.
-import { chromium } from "playwright-core";
-import { join } from "node:path";
-import { ROOT, serve } from "../serve.mjs";
+import { CHROMIUM, flag, option, withPage } from "./bench_page.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
-const sizes = opt("sizes", "256,512,1024").split(",").map(Number);
-const seconds = Number(opt("seconds", "2"));
-const json = args.includes("--json");
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+const sizes = option("sizes", "256,512,1024").split(",").map(Number);
+const seconds = Number(option("seconds", "2"));
+const json = flag("json");
 
-const { server, url } = await serve();
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-let failed = false;
-try {
-  const page = await browser.newPage();
-  page.on("console", (m) => { if (m.type() === "error") console.log(`  [console] ${m.text()}`); });
-  page.on("pageerror", (e) => { console.log(`  [pageerror] ${e.message}`); failed = true; });
-  await page.goto(`${url}/web/tests/bench.html`);
-  await page.evaluate(() => window.loaded);
+await withPage("/web/tests/bench.html", async (page) => {
   const rows = await page.evaluate(async ({ sizes, seconds }) => {
     const T = window.T, ort = window.ort;
     const time = async (run) => {
@@ -84,8 +66,4 @@ try {
       console.log(`  ${n}^3: ${(t.gflops / o.gflops).toFixed(2)}x`);
     }
   }
-} finally {
-  await browser.close();
-  server.close();
-}
-process.exit(failed ? 1 : 0);
+});

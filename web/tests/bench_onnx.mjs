@@ -9,40 +9,23 @@
 //
 //   node web/tests/bench_onnx.mjs [--batch 1] [--seq 128] [--seconds 5] [--engines a,b] [--json]
 // Env: TESSERA_DATA (the model is $TESSERA_DATA/minilm/model.onnx, default ~/.cache/tessera).
-import { chromium } from "playwright-core";
 import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { serve } from "../serve.mjs";
+import { CHROMIUM, flag, option, withPage } from "./bench_page.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
-const batch = Number(opt("batch", "1"));
-const seq = Number(opt("seq", "128"));
-const seconds = Number(opt("seconds", "5"));
-const engines = opt("engines", "tessera-webgpu,ort-webgpu,tessera-cpu,ort-wasm").split(",");
-const json = args.includes("--json");
+const batch = Number(option("batch", "1"));
+const seq = Number(option("seq", "128"));
+const seconds = Number(option("seconds", "5"));
+const engines = option("engines", "tessera-webgpu,ort-webgpu,tessera-cpu,ort-wasm").split(",");
+const json = flag("json");
 const dir = join(process.env.TESSERA_DATA ?? join(homedir(), ".cache/tessera"), "minilm");
 if (!existsSync(join(dir, "model.onnx"))) {
   console.error(`${join(dir, "model.onnx")} is missing: run scripts/make_minilm_onnx.sh`);
   process.exit(1);
 }
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
 
-const { server, url } = await serve({ mounts: { "/model/": dir } });
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-let failed = false;
-try {
-  const page = await browser.newPage();
-  page.on("console", (m) => { if (m.type() === "error") console.log(`  [console] ${m.text()}`); });
-  page.on("pageerror", (e) => { console.log(`  [pageerror] ${e.message}`); failed = true; });
-  await page.goto(`${url}/web/tests/bench_onnx.html`);
-  await page.evaluate(() => window.loaded);
+await withPage("/web/tests/bench_onnx.html", async (page) => {
   const rows = await page.evaluate(async ({ batch, seq, seconds, engines }) => {
     const T = window.T, ort = window.ort;
     const time = async (run) => {
@@ -122,8 +105,4 @@ try {
       if (get(a) && get(b)) console.log(`${a} vs ${b}: ${(get(b).ms / get(a).ms).toFixed(2)}x`);
     }
   }
-} finally {
-  await browser.close();
-  server.close();
-}
-process.exit(failed ? 1 : 0);
+}, { mounts: { "/model/": dir } });

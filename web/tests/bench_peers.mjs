@@ -20,33 +20,16 @@
 //   node web/tests/bench_peers.mjs [--seconds 2] [--json] [--cases matmul,chain,conv2d,tiny]
 //                                  [--tessera-matmul tiled|direct]
 // scripts/bench_web.sh builds the package, makes the ONNX models and runs it.
-import { chromium } from "playwright-core";
-import { serve } from "../serve.mjs";
+import { CHROMIUM, flag, option, withPage } from "./bench_page.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
-const seconds = Number(opt("seconds", "2"));
-const cases = opt("cases", "matmul,chain,conv2d,tiny").split(",");
-const json = args.includes("--json");
+const seconds = Number(option("seconds", "2"));
+const cases = option("cases", "matmul,chain,conv2d,tiny").split(",");
+const json = flag("json");
 // Tessera's WebGPU matmul kernel: the device's default, or "tiled" / "direct".
-const tesseraMatmul = opt("tessera-matmul", "");
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+const tesseraMatmul = option("tessera-matmul", "");
 
-const { server, url } = await serve();
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-let failed = false;
-try {
-  const page = await browser.newPage();
-  page.on("console", (m) => { if (m.type() === "error") console.log(`  [console] ${m.text()}`); });
-  page.on("pageerror", (e) => { console.log(`  [pageerror] ${e.message}`); failed = true; });
-  await page.goto(`${url}/web/tests/bench_peers.html`);
-  await page.evaluate(() => window.loaded);
-  page.setDefaultTimeout(0);
+await withPage("/web/tests/bench_peers.html", async (page) => {
+  let failed = false;
   const rows = await page.evaluate(async ({ seconds, cases, tesseraMatmul }) => {
     const T = window.T, ort = window.ort, tf = window.tf;
     // Median ms of `run` after `warm` warm-ups: at least `min` runs and `seconds`.
@@ -337,8 +320,5 @@ try {
     console.log("\nfloors:");
     for (const v of verdicts) console.log(`  ${JSON.stringify(v)}`);
   }
-} finally {
-  await browser.close();
-  server.close();
-}
-process.exit(failed ? 1 : 0);
+  return !failed;
+});
