@@ -14,9 +14,6 @@
 // Every lane runs the same trip count and all loads are clamped, so each shuffle happens
 // in uniform control flow with the whole subgroup active.
 
-const BM: u32 = TM;
-const BN: u32 = LANES * 4u;
-
 // One k-step of one row: acc += a.x B[k] + a.y B[k+1] + a.z B[k+2] + a.w B[k+3].
 fn step(acc: vec4<f32>, a: vec4<f32>, b: array<vec4<f32>, 4>) -> vec4<f32> {
     var s = fma(vec4<f32>(a.x), b[0], acc);
@@ -46,22 +43,6 @@ fn rows8(av: vec4<f32>) -> array<vec4<f32>, 8> {
         }
     }
     return r;
-}
-
-var<private> M: u32;
-var<private> N: u32;
-var<private> off_c: u32;
-var<private> row0: u32;
-var<private> c0: u32;
-
-fn store_row(i: u32, acc: vec4<f32>) {
-    let r = row0 + i;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        let c = c0 + j;
-        if (i < TM && r < M && c < N) {
-            store_c(off_c + select(r * N + c, c * M + r, OUT_T), acc[j]);
-        }
-    }
 }
 
 @compute @workgroup_size(LANES, 1, 1)

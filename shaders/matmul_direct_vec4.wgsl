@@ -6,31 +6,12 @@
 // lavapipe and SwiftShader keep a loop-indexed private array in memory (SwiftShader
 // 1024^3: 0.71 -> 2.25 GFLOP/s).
 
-const BM: u32 = TM;
-const BN: u32 = LANES * 4u;
-
-var<private> M: u32;
-var<private> N: u32;
-var<private> off_c: u32;
-var<private> row0: u32;
-var<private> c0: u32;
-
 // acc += a.x B[k] + a.y B[k+1] + a.z B[k+2] + a.w B[k+3].
 fn step4(acc: vec4<f32>, a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
     var s = fma(vec4<f32>(a.x), b0, acc);
     s = fma(vec4<f32>(a.y), b1, s);
     s = fma(vec4<f32>(a.z), b2, s);
     return fma(vec4<f32>(a.w), b3, s);
-}
-
-fn store_row(i: u32, acc: vec4<f32>) {
-    let r = row0 + i;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        let c = c0 + j;
-        if (i < TM && r < M && c < N) {
-            store_c(off_c + select(r * N + c, c * M + r, OUT_T), acc[j]);
-        }
-    }
 }
 
 // Where row i's A loads start (vec4s, clamped): its row, or (TRANS_A) its quad.

@@ -137,9 +137,7 @@ pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {
     fn from_f64(v: f64) -> Self;
     /// One element from the bytes device storage holds for it ([`DType::size_in_bytes`]
     /// of them, little-endian; a bool as a `u32`).
-    fn from_device_bytes(b: &[u8]) -> Self {
-        Self::from_f64(decode(Self::DTYPE, b, 1)[0])
-    }
+    fn from_device_bytes(b: &[u8]) -> Self;
 }
 
 /// `n` elements of `T` from device bytes, with no f64 in between (a readback of
@@ -258,11 +256,11 @@ pub(crate) fn decode(dtype: DType, bytes: &[u8], n: usize) -> Vec<f64> {
         .map(|i| {
             let b = &bytes[i * w..i * w + w];
             match dtype {
-                DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-                DType::F16 => f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
-                DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-                DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-                DType::Bool => f64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != 0),
+                DType::F32 => f32::from_device_bytes(b) as f64,
+                DType::F16 => f16::from_device_bytes(b).to_f64(),
+                DType::I32 => i32::from_device_bytes(b) as f64,
+                DType::U32 => u32::from_device_bytes(b) as f64,
+                DType::Bool => f64::from(bool::from_device_bytes(b)),
                 DType::Q8_0 | DType::Q4_0 => unreachable!("handled above"),
             }
         })

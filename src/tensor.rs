@@ -203,7 +203,8 @@ impl Tensor {
     /// Read the values back, in row-major order. `T` must match the dtype.
     pub async fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.check_element::<T>()?;
-        self.device().read_as::<T>(self).await
+        let bytes = self.device().read_bytes_of(self).await?;
+        Ok(crate::dtype::decode_as(&bytes, self.numel()))
     }
 
     /// Read the values back as little-endian bytes of the tensor's element type, in

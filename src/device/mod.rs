@@ -617,17 +617,6 @@ impl Device {
         Ok(read.into_iter().zip(targets).map(|(r, t)| r.into_f64(t)).collect())
     }
 
-    /// Realise `t` and read it back as `T`, its own element type (one submit on a GPU),
-    /// decoded straight from the device's bytes.
-    pub(crate) async fn read_as<T: crate::dtype::Element>(&self, t: &Tensor) -> Result<Vec<T>> {
-        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
-        Ok(match read.pop() {
-            Some(Readback::Bytes(b)) => crate::dtype::decode_as(&b, t.numel()),
-            Some(Readback::F64(v)) => v.into_iter().map(T::from_f64).collect(),
-            None => Vec::new(),
-        })
-    }
-
     /// Realise `t` and read back the bytes its storage holds (one submit on a GPU; the
     /// reference device encodes its f64 values as the dtype's device bytes).
     pub(crate) async fn read_bytes_of(&self, t: &Tensor) -> Result<Vec<u8>> {

@@ -221,6 +221,9 @@ pub fn render(
         );
     }
     src.push_str(sources::MATMUL_BATCH);
+    if caps.direct_matmul && vec4 {
+        src.push_str(sources::MATMUL_DIRECT_ROWS);
+    }
     src.push_str(match (caps.direct_matmul, vec4) {
         (true, true) if subgroup => sources::MATMUL_DIRECT_SUBGROUP,
         (true, true) => sources::MATMUL_DIRECT_VEC4,

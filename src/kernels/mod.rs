@@ -32,6 +32,7 @@ pub mod sources {
     pub const REDUCE_SMALL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce_small.wgsl"));
     pub const MATMUL: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul.wgsl"));
     pub const MATMUL_DIRECT: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct.wgsl"));
+    pub const MATMUL_DIRECT_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_rows.wgsl"));
     pub const MATMUL_DIRECT_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_vec4.wgsl"));
     pub const MATMUL_DIRECT_SUBGROUP: &str =
         include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_subgroup.wgsl"));

@@ -677,10 +677,7 @@ pub(crate) async fn read(t: Tensor) -> tessera::Result<JsValue> {
                 _ => Uint32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),
             }
         }
-        DType::Bool => {
-            let v: Vec<u8> = t.to_f64_vec().await?.into_iter().map(|x| (x != 0.0) as u8).collect();
-            Uint8Array::from(&v[..]).into()
-        }
+        DType::Bool => Uint8Array::from(&t.to_le_bytes().await?[..]).into(),
         _ => {
             let v: Vec<f32> = t.to_f64_vec().await?.into_iter().map(|x| x as f32).collect();
             Float32Array::from(&v[..]).into()
