@@ -5,7 +5,9 @@
 # naming what to install. Run by scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --examples --quiet
+# TESSERA_BUILD: the cargo selection scripts/test.sh builds everything with.
+# shellcheck disable=SC2086
+cargo build ${TESSERA_BUILD:---release} --examples --quiet
 no_adapter=(env VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json WGPU_BACKEND=vulkan
   RUST_BACKTRACE=1 timeout 300)
 fail=0
@@ -14,7 +16,7 @@ for run in "info" "bench --no-tune --seconds 0.05 elementwise" "train_mnist --ma
   ex=${run%% *}
   set +e
   # shellcheck disable=SC2086
-  out=$("${no_adapter[@]}" target/debug/examples/$run 2>&1)
+  out=$("${no_adapter[@]}" target/release/examples/$run 2>&1)
   rc=$?
   set -e
   if [ "$rc" -ne 0 ] || ! grep -qiE "cpu \(|no GPU adapter" <<<"$out" || grep -Eq "panicked|stack backtrace" <<<"$out"; then
@@ -24,7 +26,7 @@ for run in "info" "bench --no-tune --seconds 0.05 elementwise" "train_mnist --ma
   fi
 done
 set +e
-out=$(TESSERA_ADAPTER=gpu "${no_adapter[@]}" target/debug/examples/train_mnist --max-steps 1 --quiet 2>&1)
+out=$(TESSERA_ADAPTER=gpu "${no_adapter[@]}" target/release/examples/train_mnist --max-steps 1 --quiet 2>&1)
 rc=$?
 set -e
 if [ "$rc" -eq 0 ] || ! grep -q "lavapipe" <<<"$out" || grep -Eq "panicked|stack backtrace" <<<"$out"; then

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 out="${1:-target/desktop}"
 mkdir -p "$out"
 command -v xvfb-run >/dev/null || { echo "desktop_check: xvfb-run is missing: run scripts/setup.sh"; exit 1; }
-cargo build --release --features "${TESSERA_FEATURES:-desktop}" --example desktop
+# TESSERA_BUILD: the cargo selection scripts/test.sh builds everything with.
+# shellcheck disable=SC2086
+cargo build ${TESSERA_BUILD:---release --features desktop} --example desktop
 rm -f "$out/desktop.png" "$out/desktop.json"
 # A short in-app training (no checkpoint here) keeps the run quick; lavapipe renders.
 WGPU_BACKEND=vulkan timeout 600 xvfb-run -a -s "-screen 0 1280x800x24" \

@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 bash scripts/fetch_mnist.sh >/dev/null
 source scripts/env.sh
-cargo build --release --features "${TESSERA_FEATURES:-mpi}" --example train_mnist
+# TESSERA_BUILD: the cargo selection scripts/test.sh builds everything with.
+# shellcheck disable=SC2086
+cargo build ${TESSERA_BUILD:---release --features mpi} --example train_mnist
 np="${NP:-2}"
 # Share the cores between the ranks: one rayon thread each unless told otherwise.
 threads="${RAYON_NUM_THREADS:-$(( $(nproc) / np > 0 ? $(nproc) / np : 1 ))}"

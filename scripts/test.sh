@@ -25,16 +25,21 @@ export RUST_BACKTRACE=1
 # Every comparison the harness makes is logged here: binary and device.
 export TESSERA_TEST_LOG="$PWD/target/test-devices.log"
 mkdir -p target && : >"$TESSERA_TEST_LOG"
-# One feature set for every release build here and in the scripts below
-# (desktop_check.sh, dist_demo.sh, test_web.sh), so the engine compiles once in release
-# rather than once per feature set.
-export TESSERA_FEATURES=mpi,desktop
-rel=(--release --features "$TESSERA_FEATURES")
+# Everything builds once, in release: one profile, one feature set and one package
+# selection (the workspace, so tessera-serve's dependencies unify with the engine's) for
+# every cargo command here and in the scripts below (check_no_adapter.sh,
+# desktop_check.sh, dist_demo.sh), so no crate compiles twice. A debug build of the
+# tests would compile every dependency a second time. Overflow checks stay on, as in a
+# debug build; the npm package (profile wasm) is built without them.
+export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_PROFILE_WASM_OVERFLOW_CHECKS=false
+rel=(--release --workspace --exclude tessera-web --features tessera/mpi,tessera/desktop)
+export TESSERA_BUILD="${rel[*]}"
+ex=target/release/examples
 
-section "cargo test"
-cargo test --lib --tests --examples
-cargo build --benches
-cargo test --doc
+section "cargo test: the engine on every adapter, tessera-serve's real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary), DDP over real mpirun -np 2"
+cargo test "${rel[@]}" --lib --tests
+cargo test "${rel[@]}" --doc
+cargo build "${rel[@]}" --examples --benches
 section "comparisons per test binary and device"
 sort "$TESSERA_TEST_LOG" | uniq -c | awk '{n=$1; $1=""; printf "%7d %s\n", n, $0}'
 
@@ -42,11 +47,10 @@ section "no adapter: every example prints what to install"
 bash scripts/check_no_adapter.sh
 
 section "info example (every adapter must PASS)"
-cargo run --example info
+$ex/info
 
 section "ONNX: the official node tests (every listed case must pass on the CPU backend and lavapipe)"
-cargo build "${rel[@]}" --example onnx
-onnx=target/release/examples/onnx
+onnx=$ex/onnx
 $onnx --device cpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
 $onnx --device gpu test "$data/onnx-node-tests" --expect tests/onnx/node_passing.txt
 section "ONNX: real models from PyPI wheels against onnxruntime (all on the CPU backend, the quicker ones on lavapipe)"
@@ -57,30 +61,30 @@ $onnx --device gpu test "$data/onnx-models" --expect tests/onnx/models_passing.t
 section "training demos, short runs (errors fail the script)"
 ci_out="target/ci-demo"
 mkdir -p "$ci_out"
-cargo run "${rel[@]}" --example train_mnist -- --max-steps 40 --quiet \
+$ex/train_mnist --max-steps 40 --quiet \
   --checkpoint-dir "$ci_out/ckpt" --log-dir "$ci_out/runs" --predictions "$ci_out/predictions.png" \
   --export-onnx "$ci_out/mnist.onnx" | tee "$ci_out/train.log"
 acc=$(grep '^RESULT ' "$ci_out/train.log" | sed 's/^RESULT //' | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
 .venv/bin/python scripts/check_mnist_onnx.py "$ci_out/mnist.onnx" data/mnist.bin "$acc" mlp
-cargo run "${rel[@]}" --example train_charlm -- --steps 4 --sample-every 4 --sample-len 8
-cargo run "${rel[@]}" --example compress -- --quick --out "$ci_out/compress"
+$ex/train_charlm --steps 4 --sample-every 4 --sample-len 8
+$ex/compress --quick --out "$ci_out/compress"
 # A new process loads every saved variant from its file and must reproduce its accuracy.
-cargo run "${rel[@]}" --example compress -- --check --out "$ci_out/compress"
-cargo run "${rel[@]}" --example explain -- --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
+$ex/compress --check --out "$ci_out/compress"
+$ex/explain --train-steps 100 --digits 8000 8001 --out "$ci_out/explain"
 test -s "$ci_out/explain/explain-8001.png"
 # Recommendation on MovieLens-100K, short: every model trains, ranks, checkpoints and
 # serves one user's top 10 in one realisation; then sparse steps on a 1M-row table.
-cargo run "${rel[@]}" --example recsys -- --quick --quiet --out "$ci_out/recsys" | tee "$ci_out/recsys.log"
+$ex/recsys --quick --quiet --out "$ci_out/recsys" | tee "$ci_out/recsys.log"
 grep '^RESULT ' "$ci_out/recsys.log" | sed 's/^RESULT //' | .venv/bin/python -c '
 import json, sys
 r = json.load(sys.stdin)
 assert r["recommend_realizations"] == 1, r
 assert 0 < r["deepfm_test_rmse"] < 2 and r["bpr_mf_recall10"] > 0 and r["two_tower_recall10"] > 0, r'
 test -s "$ci_out/recsys/deepfm.ckpt" && test -s "$ci_out/recsys/bpr_mf.ckpt" && test -s "$ci_out/recsys/two_tower.ckpt"
-cargo run "${rel[@]}" --example recsys -- --bench-sparse --bench-rows 10000,1000000
+$ex/recsys --bench-sparse --bench-rows 10000,1000000
 # The burn comparison's cases (issue #21), short, on lavapipe and the CPU backend: every
 # case gives two passes' rates as JSON lines.
-cargo run "${rel[@]}" --example bench -- --peer-cases --json --no-tune --seconds 0.1 --devices gpu,cpu \
+$ex/bench --peer-cases --json --no-tune --seconds 0.1 --devices gpu,cpu \
   | tee "$ci_out/peer.jsonl"
 .venv/bin/python -c '
 import json, sys
@@ -89,14 +93,10 @@ assert len(rows) == 20, len(rows)
 for r in rows:
     assert len(r["rate"]) == 2 and all(x > 0 for x in r["rate"]) and r["first_ms"] > 0, r' "$ci_out/peer.jsonl"
 
-section "tessera-serve: the real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary)"
-cargo test --release -p tessera-serve
-
 section "desktop: the eframe example under Xvfb on lavapipe, driven by injected input (screenshot in target/ci-demo/desktop)"
 bash scripts/desktop_check.sh "$ci_out/desktop"
 
-section "distributed: DDP over real mpirun -np 2 (loopback shared memory), then the MPI demo"
-cargo test "${rel[@]}" --test dist_mpi
+section "distributed: the MPI demo over real mpirun -np 2 (loopback shared memory)"
 CHECKPOINT_DIR="$ci_out/dist" bash scripts/dist_demo.sh --max-steps 40 --quiet
 
 section "browser: the npm package and its tests in headless Chromium on WebGPU"
