@@ -521,7 +521,9 @@ impl Device {
     pub fn trim_pool(&self) -> u64 {
         match &self.0.backend {
             Backend::Gpu(g) => g.pool.trim(),
-            Backend::Cpu | Backend::Reference { .. } => 0,
+            // The CPU backend's pool is the process's: every CPU device shares it.
+            Backend::Cpu => cpu::trim_pool(),
+            Backend::Reference { .. } => 0,
         }
     }
 

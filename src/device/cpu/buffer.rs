@@ -64,6 +64,7 @@ impl Drop for CpuBuffer {
         let bytes = self.data.bytes() as i64;
         self.counters.allocated(-bytes);
         self.counters.in_use(-bytes);
+        super::memory::recycle(std::mem::replace(&mut self.data, HostBuffer::Bool(Vec::new())));
     }
 }
 
@@ -184,6 +185,22 @@ impl HostBuffer {
     /// gathered and scattered at random, [`super::memory`]).
     pub fn zeros(dtype: DType, n: usize) -> HostBuffer {
         use super::memory::advise_huge_pages as huge;
+        if let Some(b) = super::memory::take_zeroed(dtype, n) {
+            return b;
+        }
+        // A buffer the pool may take back later gets its size class's room, so that
+        // next step's buffer of a slightly different length can reuse it.
+        if let Some(room) = super::memory::pooled_capacity(dtype, n) {
+            let mut b = match dtype {
+                DType::F32 => HostBuffer::F32(Vec::with_capacity(room)),
+                DType::F16 => HostBuffer::F16(Vec::with_capacity(room)),
+                DType::I32 => HostBuffer::I32(Vec::with_capacity(room)),
+                DType::U32 => HostBuffer::U32(Vec::with_capacity(room)),
+                _ => HostBuffer::Bool(Vec::with_capacity(room)),
+            };
+            b.reset_zeroed(n);
+            return b;
+        }
         match dtype {
             DType::F32 => HostBuffer::F32(with(vec![0.0; n], huge)),
             DType::F16 => HostBuffer::F16(with(vec![f16::ZERO; n], huge)),
@@ -316,6 +333,64 @@ impl HostBuffer {
             HostBuffer::I32(v) => v.iter().map(|&x| x as f32).collect(),
             HostBuffer::U32(v) => v.iter().map(|&x| x as f32).collect(),
             HostBuffer::Bool(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// The dtype these values are stored as.
+    pub fn dtype_tag(&self) -> DType {
+        match self {
+            HostBuffer::F32(_) => DType::F32,
+            HostBuffer::F16(_) => DType::F16,
+            HostBuffer::I32(_) => DType::I32,
+            HostBuffer::U32(_) => DType::U32,
+            HostBuffer::Bool(_) => DType::Bool,
+            HostBuffer::Quant(d, _) => *d,
+        }
+    }
+
+    /// Elements the buffer has room for (bytes for quantised blocks).
+    pub fn capacity(&self) -> usize {
+        match self {
+            HostBuffer::F32(v) => v.capacity(),
+            HostBuffer::F16(v) => v.capacity(),
+            HostBuffer::I32(v) => v.capacity(),
+            HostBuffer::U32(v) => v.capacity(),
+            HostBuffer::Bool(v) | HostBuffer::Quant(_, v) => v.capacity(),
+        }
+    }
+
+    /// Bytes of the allocation (its capacity, not only its length).
+    pub fn capacity_bytes(&self) -> u64 {
+        let width = match self {
+            HostBuffer::F32(_) | HostBuffer::I32(_) | HostBuffer::U32(_) => 4,
+            HostBuffer::F16(_) => 2,
+            HostBuffer::Bool(_) | HostBuffer::Quant(..) => 1,
+        };
+        (self.capacity() * width) as u64
+    }
+
+    /// `n` zeros in this allocation (which must have room for them).
+    pub fn reset_zeroed(&mut self, n: usize) {
+        fn go<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
+            v.clear();
+            v.resize(n, zero);
+        }
+        match self {
+            HostBuffer::F32(v) => go(v, n, 0.0),
+            HostBuffer::F16(v) => go(v, n, f16::ZERO),
+            HostBuffer::I32(v) => go(v, n, 0),
+            HostBuffer::U32(v) => go(v, n, 0),
+            HostBuffer::Bool(v) | HostBuffer::Quant(_, v) => go(v, n, 0),
+        }
+    }
+
+    /// f32 values, moved out when this is an f32 buffer (no copy), else [`to_f32`].
+    ///
+    /// [`to_f32`]: HostBuffer::to_f32
+    pub fn into_f32(self) -> Vec<f32> {
+        match self {
+            HostBuffer::F32(v) => v,
+            other => other.to_f32(),
         }
     }
 

@@ -89,7 +89,7 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
     let k = a.dims[r - 1];
     let batch = &out_dims[..r - 2];
     let count: usize = batch.iter().product();
-    let mut out = vec![0.0f32; count * m * n];
+    let mut out = HostBuffer::zeros(DType::F32, count * m * n).into_f32();
     if m == 0 || n == 0 || count == 0 {
         return Ok(HostBuffer::F32(out));
     }

@@ -38,6 +38,11 @@ use std::sync::Arc;
 
 pub(crate) use par::threads;
 
+/// Empty the pool of freed buffers (shared by every CPU device); the bytes released.
+pub(crate) fn trim_pool() -> u64 {
+    memory::trim()
+}
+
 /// Realise `targets` on the CPU backend and return the values of the first `n_read`
 /// as device bytes (`None` when `n_read` is 0).
 pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Readback>>> {
@@ -256,20 +261,20 @@ fn kernel(
         }
         KernelKind::Quantize => {
             let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
-            let values = prog.run(ins[0].numel())?.to_f32();
+            let values = prog.run(ins[0].numel())?.into_f32();
             Ok(HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values)))
         }
         KernelKind::Segment => {
             let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
             let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
-            let values = prog.run(ins[0].numel())?.to_f32();
+            let values = prog.run(ins[0].numel())?.into_f32();
             let offsets =
                 Program::compile(&ins[1], false, is_leaf, buffer)?.run(ins[1].numel())?.to_f64(ins[1].numel());
             Ok(reduce::segment(*op, &values, &offsets, ins[0].dims()[1]))
         }
         KernelKind::TopK => {
             let Op::TopK { k } = root.op() else { unreachable!("top-k kernels root a top-k") };
-            let values = Program::compile(&ins[0], false, is_leaf, buffer)?.run(ins[0].numel())?.to_f32();
+            let values = Program::compile(&ins[0], false, is_leaf, buffer)?.run(ins[0].numel())?.into_f32();
             Ok(reduce::topk(&values, ins[0].dims().last().copied().unwrap_or(1), *k))
         }
         KernelKind::Scatter => unreachable!("scatters run in place in `run`"),

@@ -318,7 +318,7 @@ pub(crate) fn segment(op: ReduceOp, values: &[f32], offsets: &[f64], d: usize) -
             HostBuffer::I32(out)
         }
         _ => {
-            let mut out = vec![0f32; s * d];
+            let mut out = HostBuffer::zeros(DType::F32, s * d).into_f32();
             par::for_rows(&mut out, d.max(1), |seg, row| {
                 if op == ReduceOp::Max {
                     for (c, o) in row.iter_mut().enumerate() {

@@ -26,7 +26,7 @@ pub(crate) fn softmax(x: &HostBuffer, dims: &[usize], axis: usize, log: bool) ->
     let x = values(x);
     let a = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
-    let mut out = vec![0.0f32; x.len()];
+    let mut out = HostBuffer::zeros(DType::F32, x.len()).into_f32();
     if a == 0 || x.is_empty() {
         return Ok(HostBuffer::F32(out));
     }
@@ -89,7 +89,7 @@ pub(crate) fn norm(
     let x = values(x);
     let w = w.map(values);
     let b = b.map(values);
-    let mut out = vec![0.0f32; x.len()];
+    let mut out = HostBuffer::zeros(DType::F32, x.len()).into_f32();
     if d == 0 {
         return Ok(HostBuffer::F32(out));
     }
@@ -147,7 +147,7 @@ pub(crate) fn attention(
         }
         (values(b), st)
     });
-    let mut out = vec![0.0f32; heads * t * d];
+    let mut out = HostBuffer::zeros(DType::F32, heads * t * d).into_f32();
     if t == 0 || d == 0 {
         return Ok(HostBuffer::F32(out));
     }
