@@ -337,6 +337,7 @@ impl HostBuffer {
     }
 
     /// The dtype these values are stored as.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub fn dtype_tag(&self) -> DType {
         match self {
             HostBuffer::F32(_) => DType::F32,
@@ -349,6 +350,7 @@ impl HostBuffer {
     }
 
     /// Elements the buffer has room for (bytes for quantised blocks).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub fn capacity(&self) -> usize {
         match self {
             HostBuffer::F32(v) => v.capacity(),
@@ -360,6 +362,7 @@ impl HostBuffer {
     }
 
     /// Bytes of the allocation (its capacity, not only its length).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub fn capacity_bytes(&self) -> u64 {
         let width = match self {
             HostBuffer::F32(_) | HostBuffer::I32(_) | HostBuffer::U32(_) => 4,

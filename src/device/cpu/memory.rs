@@ -83,6 +83,7 @@ const POOL_MIN_BYTES: u64 = 64 << 10;
 /// Largest buffer the pool keeps: per-step activations, not whole tables.
 const POOL_MAX_BUFFER: u64 = 64 << 20;
 /// Bytes the pool holds at most.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 const POOL_MAX_BYTES: u64 = 256 << 20;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -152,13 +153,13 @@ pub(crate) fn take_zeroed(dtype: crate::DType, n: usize) -> Option<HostBuffer> {
 /// Give a freed buffer to the pool (dropped instead when it is outside the pool's
 /// sizes; the oldest buffers leave when the pool would pass its budget).
 pub(crate) fn recycle(b: HostBuffer) {
-    let bytes = b.capacity_bytes();
-    // Quantised blocks are weights, not per-step outputs.
-    if !(POOL_MIN_BYTES..=POOL_MAX_BUFFER).contains(&bytes) || matches!(b, HostBuffer::Quant(..)) {
-        return;
-    }
     #[cfg(not(target_arch = "wasm32"))]
     {
+        let bytes = b.capacity_bytes();
+        // Quantised blocks are weights, not per-step outputs.
+        if !(POOL_MIN_BYTES..=POOL_MAX_BUFFER).contains(&bytes) || matches!(b, HostBuffer::Quant(..)) {
+            return;
+        }
         let mut evicted = Vec::new();
         let mut g = pool::lock();
         while g.1 + bytes > POOL_MAX_BYTES {
@@ -172,6 +173,8 @@ pub(crate) fn recycle(b: HostBuffer) {
         // Freed outside the lock.
         drop(evicted);
     }
+    #[cfg(target_arch = "wasm32")]
+    drop(b);
 }
 
 /// Empty the pool; returns the bytes released.
