@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine;
+use serde::Serialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -362,30 +364,63 @@ async fn embeddings(State(app): State<App>, req: Request) -> Result<Response, Ap
         let Output::Embedding(e) = o.as_ref() else {
             return Err(ApiError::new(500, "server_error", "not an embedding"));
         };
-        let e = match dims {
+        let e: Cow<[f32]> = match dims {
             Some(d) if d > e.len() => {
                 return Err(ApiError::bad(format!("'dimensions' {d} is more than the model's {}", e.len())))
             }
             Some(d) => {
                 let norm = e[..d].iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                e[..d].iter().map(|x| x / norm).collect()
+                Cow::Owned(e[..d].iter().map(|x| x / norm).collect())
             }
-            None => e.clone(),
+            None => Cow::Borrowed(e),
         };
-        let emb = if base64 {
-            Value::String(
+        let embedding = if base64 {
+            EmbeddingData::Base64(
                 base64::engine::general_purpose::STANDARD
                     .encode(e.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()),
             )
         } else {
-            json!(e)
+            EmbeddingData::Float(e)
         };
-        data.push(json!({ "object": "embedding", "index": i, "embedding": emb }));
+        data.push(EmbeddingItem { object: "embedding", index: i, embedding });
     }
-    let body = json!({ "object": "list", "data": data, "model": model, "usage": { "prompt_tokens": tokens, "total_tokens": tokens } });
+    let usage = Usage { prompt_tokens: tokens, total_tokens: tokens };
+    let body = EmbeddingList { object: "list", data, model, usage };
     let mut r = axum::Json(body).into_response();
     headers(&mut r, &inf, n);
     Ok(r)
+}
+
+/// `/v1/embeddings`' answer, serialised straight from the outputs: each float as the
+/// shortest text that reads back to the same f32 (a `Value` would widen it to f64 and
+/// print 17 digits, at twice the bytes and about a third of a cache hit's time).
+#[derive(Serialize)]
+struct EmbeddingList<'a> {
+    object: &'static str,
+    data: Vec<EmbeddingItem<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct EmbeddingItem<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: EmbeddingData<'a>,
+}
+
+/// `encoding_format` float (numbers) or base64 (little-endian f32 bytes).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EmbeddingData<'a> {
+    Float(Cow<'a, [f32]>),
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
 }
 
 fn kind(v: &Value) -> &'static str {
