@@ -43,6 +43,15 @@ pub(crate) fn trim_pool() -> u64 {
     memory::trim()
 }
 
+/// Record kernel `k`, started at `t0`, in the profile.
+#[cfg(not(target_arch = "wasm32"))]
+fn record_kernel(k: &crate::graph::schedule::ScheduledKernel, t0: std::time::Instant) {
+    let start_us = t0.duration_since(*epoch()).as_secs_f64() * 1e6;
+    let label = format!("cpu {} {:?}", k.root.op().name(), k.root.dims());
+    let duration_us = t0.elapsed().as_secs_f64() * 1e6;
+    crate::profile::record([crate::profile::KernelTime { label, start_us, duration_us }]);
+}
+
 /// Realise `targets` on the CPU backend and return the values of the first `n_read`
 /// as device bytes (`None` when `n_read` is 0).
 pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Option<Vec<Readback>>> {
@@ -74,7 +83,13 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
     for (j, k) in sched.kernels.iter().enumerate() {
         if k.kind == KernelKind::Scatter {
+            #[cfg(not(target_arch = "wasm32"))]
+            let t0 = crate::profile::enabled().then(std::time::Instant::now);
             let out = scatter_in_place(&k.root, &sched.materialised, &mut produced)?;
+            #[cfg(not(target_arch = "wasm32"))]
+            if let Some(t0) = t0 {
+                record_kernel(k, t0);
+            }
             produced.insert(k.root.id(), out);
             continue;
         }
@@ -96,10 +111,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             let out = kernel(k, &sched.materialised, &is_leaf, &buffer, &dev.0.counters)?;
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
-                let start_us = t0.duration_since(*epoch()).as_secs_f64() * 1e6;
-                let label = format!("cpu {} {:?}", k.root.op().name(), k.root.dims());
-                let duration_us = t0.elapsed().as_secs_f64() * 1e6;
-                crate::profile::record([crate::profile::KernelTime { label, start_us, duration_us }]);
+                record_kernel(k, t0);
             }
             out
         };
