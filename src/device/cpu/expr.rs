@@ -132,6 +132,8 @@ struct PNode {
 pub(crate) struct Program {
     nodes: Vec<PNode>,
     root: usize,
+    /// More roots of the root's shape computed alongside it (a multi-output kernel).
+    siblings: Vec<usize>,
 }
 
 /// How a strided map's input coordinate `e` follows from the output coordinates:
@@ -199,10 +201,29 @@ impl Program {
         is_leaf: &dyn Fn(&Tensor) -> bool,
         buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
     ) -> Result<Program> {
-        let mut p = Program { nodes: Vec::new(), root: 0 };
+        Program::compile_roots(std::slice::from_ref(root), is_kernel, is_leaf, buffer)
+    }
+
+    /// One program computing every one of `roots` (of one shape) at each index, with
+    /// what they share computed once: a multi-output kernel. A root read by another is
+    /// computed, not loaded, so `is_leaf` must not name the roots.
+    pub fn compile_roots(
+        roots: &[Tensor],
+        is_kernel: bool,
+        is_leaf: &dyn Fn(&Tensor) -> bool,
+        buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+    ) -> Result<Program> {
+        let mut p = Program { nodes: Vec::new(), root: 0, siblings: Vec::new() };
         let mut ids: HashMap<u64, usize> = HashMap::new();
         let mut uses: HashMap<usize, usize> = HashMap::new();
-        p.root = p.add(root, is_kernel, is_leaf, buffer, &mut ids, &mut uses)?;
+        for (i, r) in roots.iter().enumerate() {
+            let n = p.add(r, is_kernel, is_leaf, buffer, &mut ids, &mut uses)?;
+            if i == 0 {
+                p.root = n;
+            } else {
+                p.siblings.push(n);
+            }
+        }
         for (n, u) in uses {
             if u > 1 {
                 p.nodes[n].shared = true;
@@ -346,44 +367,88 @@ impl Program {
         write_chunks(&mut out, |start, n| self.eval(Idx::Range(start, n)))?;
         Ok(out)
     }
+
+    /// Evaluate the root and its siblings into one new buffer each, chunk by chunk:
+    /// every chunk computes all of them in one pass, sharing what they have in common.
+    pub fn run_all(&self, numel: usize) -> Result<Vec<HostBuffer>> {
+        let roots: Vec<usize> = std::iter::once(self.root).chain(self.siblings.iter().copied()).collect();
+        let mut outs: Vec<HostBuffer> = roots.iter().map(|&r| HostBuffer::zeros(self.nodes[r].dtype, numel)).collect();
+        // Chunk c of every output, side by side.
+        let mut per_chunk: Vec<Vec<OutChunk>> = (0..numel.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
+        for out in &mut outs {
+            for (c, part) in OutChunk::split(out)?.into_iter().enumerate() {
+                per_chunk[c].push(part);
+            }
+        }
+        super::par::each(per_chunk, super::par::worth(numel), |c, parts| {
+            let mut ev = Evaluator { prog: self, memo: Vec::new(), next: 0 };
+            let at = ev.idx(Idx::Range(c * CHUNK, parts.first().map_or(0, OutChunk::len)));
+            for (&r, part) in roots.iter().zip(parts) {
+                part.store(ev.eval(r, &at)?);
+            }
+            Ok(())
+        })?;
+        Ok(outs)
+    }
+}
+
+/// One chunk of an output buffer, to store computed values into.
+enum OutChunk<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [half::f16]),
+    I32(&'a mut [i32]),
+    U32(&'a mut [u32]),
+    B(&'a mut [u8]),
+}
+
+impl<'a> OutChunk<'a> {
+    /// `out` in chunks of [`CHUNK`] elements.
+    fn split(out: &'a mut HostBuffer) -> Result<Vec<OutChunk<'a>>> {
+        Ok(match out {
+            HostBuffer::F32(v) => v.chunks_mut(CHUNK).map(OutChunk::F32).collect(),
+            HostBuffer::F16(v) => v.chunks_mut(CHUNK).map(OutChunk::F16).collect(),
+            HostBuffer::I32(v) => v.chunks_mut(CHUNK).map(OutChunk::I32).collect(),
+            HostBuffer::U32(v) => v.chunks_mut(CHUNK).map(OutChunk::U32).collect(),
+            HostBuffer::Bool(v) => v.chunks_mut(CHUNK).map(OutChunk::B).collect(),
+            HostBuffer::Quant(..) => {
+                return Err(Error::Unsupported("cpu: an element-wise kernel cannot write blocks".into()))
+            }
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            OutChunk::F32(c) => c.len(),
+            OutChunk::F16(c) => c.len(),
+            OutChunk::I32(c) => c.len(),
+            OutChunk::U32(c) => c.len(),
+            OutChunk::B(c) => c.len(),
+        }
+    }
+
+    /// Store `v` (values in the compute type of the chunk's dtype).
+    fn store(self, v: Vals) {
+        use half::slice::HalfFloatSliceExt;
+        match (self, v) {
+            (OutChunk::F32(c), Vals::F(v)) => c.copy_from_slice(&v),
+            (OutChunk::F16(c), Vals::F(v)) => c.convert_from_f32_slice(&v),
+            (OutChunk::I32(c), Vals::I(v)) => c.copy_from_slice(&v),
+            (OutChunk::U32(c), Vals::U(v)) => c.copy_from_slice(&v),
+            (OutChunk::B(c), Vals::B(v)) => c.copy_from_slice(&v),
+            _ => {}
+        }
+    }
 }
 
 /// Fill `out` chunk by chunk with `f(start, len)` (in parallel over chunks).
 pub(crate) fn write_chunks(out: &mut HostBuffer, f: impl Fn(usize, usize) -> Result<Vals> + Sync) -> Result<()> {
-    use half::slice::HalfFloatSliceExt;
-    match out {
-        HostBuffer::F32(o) => super::par::chunks(o, CHUNK, |s, c| {
-            if let Vals::F(v) = f(s, c.len())? {
-                c.copy_from_slice(&v);
-            }
-            Ok(())
-        }),
-        HostBuffer::F16(o) => super::par::chunks(o, CHUNK, |s, c| {
-            if let Vals::F(v) = f(s, c.len())? {
-                c.convert_from_f32_slice(&v);
-            }
-            Ok(())
-        }),
-        HostBuffer::I32(o) => super::par::chunks(o, CHUNK, |s, c| {
-            if let Vals::I(v) = f(s, c.len())? {
-                c.copy_from_slice(&v);
-            }
-            Ok(())
-        }),
-        HostBuffer::U32(o) => super::par::chunks(o, CHUNK, |s, c| {
-            if let Vals::U(v) = f(s, c.len())? {
-                c.copy_from_slice(&v);
-            }
-            Ok(())
-        }),
-        HostBuffer::Bool(o) => super::par::chunks(o, CHUNK, |s, c| {
-            if let Vals::B(v) = f(s, c.len())? {
-                c.copy_from_slice(&v);
-            }
-            Ok(())
-        }),
-        HostBuffer::Quant(..) => Err(Error::Unsupported("cpu: an element-wise kernel cannot write blocks".into())),
-    }
+    let parts = OutChunk::split(out)?;
+    let total: usize = parts.iter().map(OutChunk::len).sum();
+    super::par::each(parts, super::par::worth(total), |c, part| {
+        let n = part.len();
+        part.store(f(c * CHUNK, n)?);
+        Ok(())
+    })
 }
 
 /// An index set with an identity, so shared nodes evaluated at the same set are

@@ -59,6 +59,9 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     if std::env::var("TESSERA_EPILOGUE").as_deref() != Ok("0") {
         crate::graph::schedule::fuse_epilogues(&mut sched, targets, usize::MAX, u64::MAX, true);
     }
+    if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
+        crate::graph::schedule::group_siblings(&mut sched, usize::MAX, u64::MAX);
+    }
     if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && k.kind != KernelKind::Quantize) {
         return Err(crate::kernels::quantized_output(&k.root));
     }
@@ -66,6 +69,9 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     let mut last_use: HashMap<u64, usize> = HashMap::new();
     for (j, k) in sched.kernels.iter().enumerate() {
         let mut stack: Vec<Tensor> = k.root.node().inputs.clone();
+        for sib in &k.siblings {
+            stack.extend(sib.node().inputs.iter().cloned());
+        }
         let mut seen = std::collections::HashSet::new();
         while let Some(t) = stack.pop() {
             if !seen.insert(t.id()) {
@@ -93,7 +99,9 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             produced.insert(k.root.id(), out);
             continue;
         }
-        reserve(dev, k.root.dtype().storage_bytes(k.root.numel()))?;
+        for t in std::iter::once(&k.root).chain(&k.siblings) {
+            reserve(dev, t.dtype().storage_bytes(t.numel()))?;
+        }
         let out = {
             let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
                 let src = buffer_source(t, &sched.materialised).unwrap_or_else(|| t.clone());
@@ -108,6 +116,23 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             let is_leaf = |t: &Tensor| sched.is_buffer(t);
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
+            if !k.siblings.is_empty() {
+                // A multi-output kernel: the siblings are computed with the root, each
+                // into its own buffer; one that another reads is computed, not loaded.
+                let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
+                let ids: Vec<u64> = roots.iter().map(Tensor::id).collect();
+                let leaf = |t: &Tensor| !ids.contains(&t.id()) && sched.is_buffer(t);
+                let outs = Program::compile_roots(&roots, true, &leaf, &buffer)?.run_all(k.root.numel())?;
+                #[cfg(not(target_arch = "wasm32"))]
+                if let Some(t0) = t0 {
+                    record_kernel(k, t0);
+                }
+                for (t, o) in roots.iter().zip(outs) {
+                    produced.insert(t.id(), Arc::new(CpuBuffer::new(o, &dev.0.counters)));
+                }
+                produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
+                continue;
+            }
             let out = kernel(k, &sched.materialised, &is_leaf, &buffer, &dev.0.counters)?;
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {

@@ -49,6 +49,21 @@ pub(crate) fn map<R: Send>(n: usize, parallel: bool, f: impl Fn(usize) -> Result
     (0..n).map(f).collect()
 }
 
+/// `f(i, item)` for each of `items`, in parallel when `parallel`; the first error wins.
+pub(crate) fn each<T: Send>(
+    items: Vec<T>,
+    parallel: bool,
+    f: impl Fn(usize, T) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if parallel && items.len() > 1 && threads() > 1 {
+        use rayon::prelude::*;
+        return items.into_par_iter().enumerate().try_for_each(|(i, t)| f(i, t));
+    }
+    let _ = parallel;
+    items.into_iter().enumerate().try_for_each(|(i, t)| f(i, t))
+}
+
 /// Whether a loop over `work` elements should be spread over threads.
 pub(crate) fn worth(work: usize) -> bool {
     work >= PARALLEL_FROM && threads() > 1
