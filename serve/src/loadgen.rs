@@ -2,7 +2,8 @@
 //! loopback, one sentence per request. Without `--url` it starts its own servers (this
 //! binary, on free loopback ports, sharing the default repository) and measures in one
 //! run: dynamic batching against `max_batch_size=1` (unique sentences, so every request
-//! misses the cache), and a cold cache against a warm one (a fixed set of sentences,
+//! misses the cache; the two alternate in `--rounds` rounds, so a change in the host's
+//! load falls on both), and a cold cache against a warm one (a fixed set of sentences,
 //! sent once to warm it). It prints throughput, p50/p90/p99 latency, the mean batch size
 //! and the cache hit rate, as a table or `--json`.
 
@@ -35,6 +36,10 @@ pub struct LoadgenArgs {
     repo: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+    /// Rounds in which batching on and `max_batch_size=1` alternate, each taking
+    /// `seconds / rounds` of its phase.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
 }
 
 /// One phase's numbers.
@@ -59,6 +64,25 @@ impl Phase {
         let mut v = self.latencies_ms.clone();
         v.sort_by(f64::total_cmp);
         v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
+    }
+    /// Add another run of the same phase.
+    fn merge(&mut self, o: Phase) {
+        self.requests += o.requests;
+        self.ok += o.ok;
+        self.errors += o.errors;
+        self.rejected += o.rejected;
+        self.seconds += o.seconds;
+        self.latencies_ms.extend(o.latencies_ms);
+        self.batch_sum += o.batch_sum;
+        self.hits += o.hits;
+    }
+    /// Hits do not form batches: the mean batch size is over computed requests.
+    fn finish(mut self) -> Phase {
+        let computed = self.ok - self.hits;
+        if let Some(mean_scaled) = (self.batch_sum * self.ok).checked_div(computed) {
+            self.batch_sum = mean_scaled;
+        }
+        self
     }
     fn throughput(&self) -> f64 {
         self.ok as f64 / self.seconds.max(1e-9)
@@ -215,11 +239,6 @@ async fn phase(
     }
     let mut p = out.lock().unwrap_or_else(|e| e.into_inner()).clone();
     p.seconds = t0.elapsed().as_secs_f64();
-    // Hits do not form batches: the mean batch size is over computed requests.
-    let computed = p.ok - p.hits;
-    if let Some(mean_scaled) = (p.batch_sum * p.ok).checked_div(computed) {
-        p.batch_sum = mean_scaled;
-    }
     p
 }
 
@@ -231,14 +250,19 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         }
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let phases = rt.block_on(async {
+    let (phases, per_round) = rt.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(a.clients * 2).build()?;
-        let unique: Arc<dyn Fn(usize, u64) -> String + Send + Sync> =
-            Arc::new(|c, k| format!("Request {k} from client {c}: the quick brown fox jumps over the lazy dog."));
+        // Sentences no phase sends twice (round r), so every request misses the cache.
+        let unique = |r: usize| -> Arc<dyn Fn(usize, u64) -> String + Send + Sync> {
+            Arc::new(move |c, k| {
+                format!("Request {k}.{r} from client {c}: the quick brown fox jumps over the lazy dog.")
+            })
+        };
         let fixed: Arc<dyn Fn(usize, u64) -> String + Send + Sync> =
             Arc::new(|c, k| format!("Sentence number {} about a cached embedding.", (c as u64 * 7 + k) % 64));
         let mut phases = Vec::new();
-        let (batched, unbatched);
+        let batched;
+        let mut unbatched: Option<Spawned> = None;
         let url = match &a.url {
             Some(u) => u.clone(),
             None => {
@@ -252,9 +276,30 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         let warm: Arc<dyn Fn(usize, u64) -> String + Send + Sync> =
             Arc::new(|c, k| format!("Warm-up {k} of client {c}."));
         let _ = phase(&client, &url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
-        phases.push(
-            phase(&client, &url, &a.model, "batching on, cold cache", a.clients, a.seconds, unique.clone()).await,
-        );
+        // Batching on against max_batch_size=1, in alternating rounds.
+        if a.url.is_none() {
+            let s = spawn(&a, &["--max-batch-size", "1"])?;
+            wait_ready(&client, &s.url).await?;
+            let _ = phase(&client, &s.url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
+            unbatched = Some(s);
+        }
+        let rounds = if unbatched.is_some() { a.rounds.max(1) } else { 1 };
+        let (on_name, off_name) = ("batching on, cold cache", "max_batch_size=1, cold cache");
+        let mut on = Phase { name: on_name.into(), ..Default::default() };
+        let mut off = Phase { name: off_name.into(), ..Default::default() };
+        let mut per_round = Vec::new();
+        for r in 0..rounds {
+            let secs = a.seconds / rounds as f64;
+            let x = phase(&client, &url, &a.model, on_name, a.clients, secs, unique(r)).await;
+            let ratio = x.throughput();
+            on.merge(x);
+            if let Some(u) = &unbatched {
+                let y = phase(&client, &u.url, &a.model, off_name, a.clients, secs, unique(r)).await;
+                per_round.push(ratio / y.throughput().max(1e-9));
+                off.merge(y);
+            }
+        }
+        phases.push(on.finish());
         // Fill the cache with the fixed set, then measure all hits.
         for k in 0..64u64 {
             let _ = client
@@ -264,29 +309,19 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
                 .await;
         }
         phases.push(
-            phase(&client, &url, &a.model, "warm cache (all hits)", a.clients, a.seconds.min(5.0), fixed.clone()).await,
+            phase(&client, &url, &a.model, "warm cache (all hits)", a.clients, a.seconds.min(5.0), fixed.clone())
+                .await
+                .finish(),
         );
         // What one hit costs with nothing queued ahead of it: at 32 clients on a small
         // host, the hit latency is mostly waiting for a core (Little's law).
-        phases.push(phase(&client, &url, &a.model, "warm cache, 1 client", 1, a.seconds.min(3.0), fixed.clone()).await);
-        if a.url.is_none() {
-            unbatched = spawn(&a, &["--max-batch-size", "1"])?;
-            wait_ready(&client, &unbatched.url).await?;
-            let _ = phase(&client, &unbatched.url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
-            phases.push(
-                phase(
-                    &client,
-                    &unbatched.url,
-                    &a.model,
-                    "max_batch_size=1, cold cache",
-                    a.clients,
-                    a.seconds,
-                    unique.clone(),
-                )
-                .await,
-            );
+        phases.push(
+            phase(&client, &url, &a.model, "warm cache, 1 client", 1, a.seconds.min(3.0), fixed.clone()).await.finish(),
+        );
+        if unbatched.is_some() {
+            phases.push(off.finish());
         }
-        Ok::<Vec<Phase>, Box<dyn std::error::Error + Send + Sync>>(phases)
+        Ok::<(Vec<Phase>, Vec<f64>), Box<dyn std::error::Error + Send + Sync>>((phases, per_round))
     })?;
     let on = phases.iter().find(|p| p.name.starts_with("batching on"));
     let off = phases.iter().find(|p| p.name.starts_with("max_batch_size=1"));
@@ -299,7 +334,7 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
             println!("{}", p.json());
         }
         if let Some(r) = ratio {
-            println!("{}", json!({ "batching_speedup": r, "clients": a.clients }));
+            println!("{}", json!({ "batching_speedup": r, "per_round": per_round, "clients": a.clients }));
         }
     } else {
         println!("{} clients, one sentence per request, {} s per phase, model {}\n", a.clients, a.seconds, a.model);
@@ -322,7 +357,11 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
             );
         }
         if let Some(r) = ratio {
-            println!("\ndynamic batching: {r:.2}x the throughput of max_batch_size=1");
+            let rounds: Vec<String> = per_round.iter().map(|x| format!("{x:.2}x")).collect();
+            println!(
+                "\ndynamic batching: {r:.2}x the throughput of max_batch_size=1 (alternating rounds: {})",
+                rounds.join(", ")
+            );
         }
     }
     Ok(())
