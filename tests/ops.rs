@@ -461,6 +461,29 @@ fn fused_chains_of_movement_and_elementwise() {
 }
 
 #[test]
+fn head_splits_read_by_quads() {
+    // A permute that keeps the innermost axis (a multiple of 4) under whole quads: the
+    // vec4 kernel loads each quad of the permute's input (BERT's head split and merge,
+    // with its bias and an f16 cast); odd heads and a moved innermost axis for contrast.
+    check("head splits", |d| {
+        let (b, s, h, hd) = (3, 5, 4, 8);
+        let x = rand_t(&[b, s, h * hd], 11, -1.0, 1.0, d);
+        let bias = rand_t(&[h * hd], 12, -1.0, 1.0, d);
+        let split = |t: &Tensor| t.reshape([b, s, h, hd]).permute(&[0, 2, 1, 3]);
+        let heads = split(&(&x + &bias));
+        vec![
+            heads.clone(),
+            (split(&x) * 2.0).exp().cast(DType::F16),
+            heads.permute(&[0, 2, 1, 3]).reshape([b, s, h * hd]) + 1.0,
+            (split(&(&x * &bias)) - split(&x.exp())).tanh(),
+            x.reshape([b, s, 16, 2]).permute(&[0, 2, 1, 3]).relu(),
+            x.reshape([b, s, h, hd]).permute(&[0, 3, 1, 2]).neg(),
+            x.reshape([b * s, h * hd]).permute(&[1, 0]).reshape([h * hd, b, s]).permute(&[1, 2, 0]) * 3.0,
+        ]
+    });
+}
+
+#[test]
 fn sibling_outputs_in_one_kernel() {
     // Element-wise results of one shape realised together share a kernel on a GPU
     // (over whole quads or element by element): every dtype in and out, a result read

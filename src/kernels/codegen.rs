@@ -130,6 +130,16 @@ pub(crate) struct Gen<'a> {
     pub param_period: HashMap<usize, usize>,
     /// In `param_leaves` mode, the leaves read at `i` itself.
     param_direct: std::collections::HashSet<usize>,
+    /// In `param_leaves` mode, whether a permute that keeps the innermost axis (a
+    /// multiple of 4 long) may be read by quads: quad `q` of the output reads quad `pq`
+    /// of the permute's input (see [`Gen::permuted_quads`]). Set by the vec4 kernel.
+    pub quad_permute: bool,
+    /// The WGSL expression of `pq` in terms of `q`, once a permute took that path.
+    pub permute_quad: Option<String>,
+    /// Leaves read under that permute: loaded at `pq` (or `pq % len` when repeated).
+    pub param_permuted: std::collections::HashSet<usize>,
+    /// Whether evaluation is under that permute (its memo entries are kept apart).
+    in_permute: bool,
     /// The binding of leaf 0 (leaves follow in order): 2, after the meta and the output,
     /// or later where a kernel binds operands of its own first (a matmul's epilogue).
     pub binding_base: u32,
@@ -170,6 +180,10 @@ impl<'a> Gen<'a> {
             params_ok: true,
             param_period: HashMap::new(),
             param_direct: Default::default(),
+            quad_permute: false,
+            permute_quad: None,
+            param_permuted: Default::default(),
+            in_permute: false,
             binding_base: 2,
             value_leaf: None,
             value_misread: false,
@@ -430,7 +444,16 @@ impl<'a> Gen<'a> {
             let l = self.linear(ix, t);
             if self.param_leaves {
                 if l == "i" && !self.param_period.contains_key(&k) {
-                    self.param_direct.insert(k);
+                    // One leaf is loaded at one place: the output's quad or the permute's.
+                    let (mine, other) = if self.in_permute {
+                        (&mut self.param_permuted, &self.param_direct)
+                    } else {
+                        (&mut self.param_direct, &self.param_permuted)
+                    };
+                    if other.contains(&k) {
+                        self.params_ok = false;
+                    }
+                    mine.insert(k);
                     return format!("p{k}");
                 }
                 self.params_ok = false;
@@ -444,7 +467,7 @@ impl<'a> Gen<'a> {
             }
             return self.let_("v", format!("ld{k}({l})"));
         }
-        let key = (t.id(), ix.key());
+        let key = (t.id(), if self.in_permute { format!("P{}", ix.key()) } else { ix.key() });
         if let Some(v) = self.memo.get(&key) {
             return v.clone();
         }
@@ -528,6 +551,9 @@ impl<'a> Gen<'a> {
                 self.eval(src, &Ix::coords(cc), false)
             }
             Op::Permute { perm } => {
+                if let Some(v) = self.permuted_quads(t, perm, ix) {
+                    return v;
+                }
                 let c = self.coords(ix, t);
                 let mut cc = vec![String::new(); c.len()];
                 for (i, &p) in perm.iter().enumerate() {
@@ -812,14 +838,90 @@ impl<'a> Gen<'a> {
         }
         let (src, len) = self.periodic_leaf(t)?;
         let k = self.leaf(&src);
-        if self.param_direct.contains(&k) {
+        // One leaf is loaded at one place: repeated at the output's quads or at the
+        // permute's, never also read directly.
+        let scoped = self.param_permuted.contains(&k);
+        let clash = match self.param_period.contains_key(&k) {
+            true => scoped != self.in_permute,
+            false => scoped,
+        };
+        if self.param_direct.contains(&k) || clash {
             self.params_ok = false;
+        }
+        if self.in_permute {
+            self.param_permuted.insert(k);
         }
         if !self.param_period.contains_key(&k) {
             self.meta.push((len / 4) as u32);
             self.param_period.insert(k, self.meta.len() - 1);
         }
         Some(format!("p{k}"))
+    }
+
+    /// In `param_leaves` mode with `quad_permute`, a permute `t` at the output's own index
+    /// that keeps the innermost axis, a multiple of 4 long: the four lanes of an output
+    /// quad read four consecutive elements of its input, one quad. Its input is evaluated
+    /// as if at its own index, with its leaves loaded at quad `pq` (meta slots hold the
+    /// output's strides and dims and the input's strides in output order). Only element-
+    /// wise ops, reshapes, constants and repeated rows may lie under it; `None` (the
+    /// per-element path) otherwise, or for a second permute.
+    fn permuted_quads(&mut self, t: &Tensor, perm: &[usize], ix: &Ix) -> Option<String> {
+        let r = t.rank();
+        let last = *t.dims().last()?;
+        if !self.param_leaves
+            || !self.quad_permute
+            || std::env::var("TESSERA_VEC4_PERMUTE").as_deref() == Ok("0")
+            || self.in_permute
+            || self.permute_quad.is_some()
+            || ix.lin.as_deref() != Some("i")
+            || r < 2
+            || perm[r - 1] != r - 1
+            || !last.is_multiple_of(4)
+            || !self.quad_safe(&t.node().inputs[0])
+        {
+            return None;
+        }
+        let input = &t.node().inputs[0];
+        let out_strides = crate::Shape(t.dims().to_vec()).strides();
+        let in_strides = crate::Shape(input.dims().to_vec()).strides();
+        // pq = sum over axes d of ((4q / out_stride[d]) % dim[d]) * in_stride[perm[d]] / 4;
+        // the innermost axis contributes (4q % last) / 4.
+        let mut terms = Vec::new();
+        for d in 0..r - 1 {
+            if t.dims()[d] == 1 {
+                continue;
+            }
+            let (os, dim, is) = (
+                self.slot(out_strides[d] as u32),
+                self.slot(t.dims()[d] as u32),
+                self.slot((in_strides[perm[d]] / 4) as u32),
+            );
+            terms.push(format!("((4u * q / {os}) % {dim}) * {is}"));
+        }
+        let lq = self.slot((last / 4) as u32);
+        terms.push(format!("(q % {lq})"));
+        self.permute_quad = Some(terms.join(" + "));
+        self.in_permute = true;
+        let v = self.eval(input, &Ix::lin("i"), false);
+        self.in_permute = false;
+        Some(v)
+    }
+
+    /// Whether everything under `t` down to its leaves reads each leaf at `t`'s own
+    /// index or as a repeated row: element-wise ops, casts, reshapes, constants.
+    fn quad_safe(&self, t: &Tensor) -> bool {
+        if (self.is_leaf)(t) {
+            return !t.dtype().is_quantized();
+        }
+        let n = t.node();
+        match n.op {
+            Op::Full { .. } => true,
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast | Op::Reshape => {
+                n.inputs.iter().all(|i| self.quad_safe(i))
+            }
+            Op::Expand => self.periodic_leaf(t).is_some(),
+            _ => false,
+        }
     }
 
     /// For an expand node `t` whose source is a (non-quantised) leaf equal to `t`'s

@@ -90,6 +90,7 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
     g.slot((n / 4) as u32); // meta[0]: quad count
     g.windows = true;
     g.param_leaves = true;
+    g.quad_permute = true;
     let v = g.eval(root, &Ix::lin("i"), true);
     if !g.params_ok || !g.no_quantised_leaves() {
         return Ok(None);
@@ -127,9 +128,11 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
             vec_type(t.dtype())
         ));
         params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
+        // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
+        let q = if g.param_permuted.contains(&k) { "pq" } else { "q" };
         match g.param_period.get(&k) {
-            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[q % m({slot}u)];\n")),
-            None => loads.push_str(&format!("    let a{k} = in{k}[q];\n")),
+            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[{q} % m({slot}u)];\n")),
+            None => loads.push_str(&format!("    let a{k} = in{k}[{q}];\n")),
         }
         for (c, a) in args.iter_mut().enumerate() {
             a.push_str(&format!(", {}", lane(t.dtype(), &format!("a{k}"), c)));
@@ -160,8 +163,9 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
     } else {
         format!("{}({})", vec_type(dt), lanes.join(", "))
     };
+    let pq = g.permute_quad.as_ref().map(|e| format!("    let pq = {e};\n")).unwrap_or_default();
     src.push_str(&format!(
-        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{loads}    out[q] = {value};\n}}\n"
+        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{pq}{loads}    out[q] = {value};\n}}\n"
     ));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
@@ -383,6 +387,12 @@ mod tests {
             ("a row through a reshape", &xs * &row.reshape([1, 8]), true),
             ("a sliced row", &xs + &xs.narrow(0, 0, 1), false),
             ("a column repeated along rows", &xs + &col, false),
+            // BERT's head split: a bias add, then [b, s, h, d] -> [b, h, s, d].
+            ("a head split", (&xs + &row).reshape([2, 2, 2, 4]).permute(&[0, 2, 1, 3]), true),
+            ("a permute of rows of 2", xs.reshape([4, 4, 2]).permute(&[1, 0, 2]), false),
+            ("a permute moving the last axis", xs.reshape([4, 2, 4]).permute(&[0, 2, 1]), false),
+            ("a leaf read both ways", xs.reshape([2, 2, 8]).permute(&[1, 0, 2]).reshape([4, 8]) + &xs, false),
+            ("an op over a permuted leaf", xs.reshape([2, 2, 8]).permute(&[1, 0, 2]).exp(), true),
         ] {
             let src = source(&t, &caps);
             assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");

@@ -113,6 +113,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let uq = fq.abs().cast(DType::U32);
     let mq = fq.gt_scalar(0.0);
     out.extend([
+        // A head split read by quads (a permute keeping the innermost axis).
+        (&fq + &fq.narrow(0, 0, 1)).reshape([2, 1, 1, 4]).permute(&[1, 2, 0, 3]).cast(DType::F16),
         fq.tanh().relu() * &fq,
         (&hq * 2.0 + 1.0).exp(),
         hq.cast(DType::F32) + &fq,
