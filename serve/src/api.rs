@@ -361,9 +361,15 @@ async fn embeddings(State(app): State<App>, req: Request) -> Result<Response, Ap
     let inf = infer(&app, model, texts.into_iter().map(Input::Text).collect()).await?;
     let mut data = Vec::with_capacity(n);
     for (i, o) in inf.outputs.iter().enumerate() {
-        let Output::Embedding(e) = o.as_ref() else {
+        let Output::Embedding(e, text) = o.as_ref() else {
             return Err(ApiError::new(500, "server_error", "not an embedding"));
         };
+        if dims.is_none() && !base64 {
+            if let Some(raw) = text.get(e) {
+                data.push(EmbeddingItem { object: "embedding", index: i, embedding: EmbeddingData::Text(raw) });
+                continue;
+            }
+        }
         let e: Cow<[f32]> = match dims {
             Some(d) if d > e.len() => {
                 return Err(ApiError::bad(format!("'dimensions' {d} is more than the model's {}", e.len())))
@@ -415,6 +421,8 @@ struct EmbeddingItem<'a> {
 enum EmbeddingData<'a> {
     Float(Cow<'a, [f32]>),
     Base64(String),
+    /// The floats' JSON text, written once per cached embedding.
+    Text(&'a serde_json::value::RawValue),
 }
 
 #[derive(Serialize)]
@@ -516,7 +524,7 @@ async fn predict(State(app): State<App>, Path(name): Path<String>, req: Request)
         .map(|o| match o.as_ref() {
             Output::Classes(p) => json!({ "label": argmax(p), "probabilities": p }),
             Output::Items { items, scores } => json!({ "items": items, "scores": scores }),
-            Output::Embedding(_) => json!(null),
+            Output::Embedding(..) => json!(null),
         })
         .collect();
     let mut r = axum::Json(json!({ "model": name, "version": inf.version, "predictions": preds })).into_response();

@@ -43,8 +43,8 @@ impl Input {
 /// One result.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
-    /// A unit-length sentence embedding.
-    Embedding(Vec<f32>),
+    /// A unit-length sentence embedding, and its JSON text once written.
+    Embedding(Vec<f32>, FloatsJson),
     /// Class probabilities.
     Classes(Vec<f32>),
     /// Recommended items, best first, and their scores.
@@ -52,13 +52,39 @@ pub enum Output {
 }
 
 impl Output {
-    /// Approximate heap bytes (the cache's weight).
+    /// An embedding whose JSON text is not written yet.
+    pub fn embedding(v: Vec<f32>) -> Output {
+        Output::Embedding(v, FloatsJson::default())
+    }
+
+    /// Approximate heap bytes (the cache's weight; an embedding's JSON text counted at
+    /// up to 16 bytes a value).
     pub fn bytes(&self) -> u32 {
         let n = match self {
-            Output::Embedding(v) | Output::Classes(v) => v.len(),
+            Output::Embedding(v, _) => 5 * v.len(),
+            Output::Classes(v) => v.len(),
             Output::Items { items, .. } => 2 * items.len(),
         };
         (n * 4 + 64) as u32
+    }
+}
+
+/// Floats as JSON text, written the first time it is asked for and shared by every
+/// clone: a cached embedding is answered many times, and writing its floats was most of
+/// a cache hit's time. Equality ignores it.
+#[derive(Clone, Debug, Default)]
+pub struct FloatsJson(std::sync::Arc<std::sync::OnceLock<Option<Box<serde_json::value::RawValue>>>>);
+
+impl FloatsJson {
+    /// `v` as a JSON array (each float the shortest text that reads back to it).
+    pub fn get(&self, v: &[f32]) -> Option<&serde_json::value::RawValue> {
+        self.0.get_or_init(|| serde_json::value::to_raw_value(v).ok()).as_deref()
+    }
+}
+
+impl PartialEq for FloatsJson {
+    fn eq(&self, _: &FloatsJson) -> bool {
+        true
     }
 }
 
@@ -207,7 +233,7 @@ impl Runner {
             Runner::Bert(emb) => {
                 let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
                 let e = emb.embed_ids(&ids);
-                rows(&e, items.len(), Output::Embedding)
+                rows(&e, items.len(), Output::embedding)
             }
             Runner::OnnxEmbedder { model, .. } => {
                 let dev = model.device();
@@ -232,7 +258,7 @@ impl Runner {
                 let hidden = &out[0].tensor;
                 let maskf = Tensor::from_slice(&mask, [b, s], dev).cast(DType::F32);
                 let e = bert::mean_pool_normalize(hidden, &maskf);
-                rows(&e, b, Output::Embedding)
+                rows(&e, b, Output::embedding)
             }
             Runner::Classifier { model, arch, dev } => {
                 let mut px = Vec::with_capacity(items.len() * PIXELS);
