@@ -102,7 +102,9 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         for t in std::iter::once(&k.root).chain(&k.siblings) {
             reserve(dev, t.dtype().storage_bytes(t.numel()))?;
         }
-        let out = {
+        // The kernel's outputs: its root's, then its siblings' (a multi-output kernel).
+        let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
+        let outs = {
             let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
                 let src = buffer_source(t, &sched.materialised).unwrap_or_else(|| t.clone());
                 if let Some(b) = produced.get(&src.id()) {
@@ -113,34 +115,27 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
                     _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
                 }
             };
-            let is_leaf = |t: &Tensor| sched.is_buffer(t);
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
-            if !k.siblings.is_empty() {
-                // A multi-output kernel: the siblings are computed with the root, each
-                // into its own buffer; one that another reads is computed, not loaded.
-                let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
+            let outs = if k.siblings.is_empty() {
+                let is_leaf = |t: &Tensor| sched.is_buffer(t);
+                vec![kernel(k, &sched.materialised, &is_leaf, &buffer, &dev.0.counters)?]
+            } else {
+                // The siblings are computed with the root; one that another reads is
+                // computed, not loaded.
                 let ids: Vec<u64> = roots.iter().map(Tensor::id).collect();
                 let leaf = |t: &Tensor| !ids.contains(&t.id()) && sched.is_buffer(t);
-                let outs = Program::compile_roots(&roots, true, &leaf, &buffer)?.run_all(k.root.numel())?;
-                #[cfg(not(target_arch = "wasm32"))]
-                if let Some(t0) = t0 {
-                    record_kernel(k, t0);
-                }
-                for (t, o) in roots.iter().zip(outs) {
-                    produced.insert(t.id(), Arc::new(CpuBuffer::new(o, &dev.0.counters)));
-                }
-                produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
-                continue;
-            }
-            let out = kernel(k, &sched.materialised, &is_leaf, &buffer, &dev.0.counters)?;
+                Program::compile_roots(&roots, true, &leaf, &buffer)?.run_all(k.root.numel())?
+            };
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
                 record_kernel(k, t0);
             }
-            out
+            outs
         };
-        produced.insert(k.root.id(), Arc::new(CpuBuffer::new(out, &dev.0.counters)));
+        for (t, o) in roots.iter().zip(outs) {
+            produced.insert(t.id(), Arc::new(CpuBuffer::new(o, &dev.0.counters)));
+        }
         produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
     }
     dev.0.counters.add(Counter::Kernels, sched.kernels.len() as u64);
