@@ -452,7 +452,7 @@ pub(crate) fn input_grads(t: &Tensor, g: &Tensor, wanted: &[bool]) -> Vec<Option
             }
         }
         // An optimiser's write and a selection: no gradients.
-        Op::ScatterRows => vec![None, None, None],
+        Op::ScatterRows { .. } => vec![None; t.node().inputs.len()],
         Op::TopK { .. } => vec![None],
         Op::Norm { rms, eps, weight, bias } => {
             // n = normalised x (recomputed), y = n * w + b; in f32 (the kernel's

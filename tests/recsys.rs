@@ -97,6 +97,89 @@ fn scatter_rows_writes_the_rows_in_place() {
 }
 
 #[test]
+fn row_rules_match_the_reference() {
+    // Adam's three passes in one realisation: both moments accumulate, then the step
+    // reads the new moments' rows (the scheduler must keep that order). Rows out of
+    // range at both ends are skipped; the tables are realised and lazy.
+    check("accumulate_rows and step_rows: one sparse Adam step", |dev| {
+        let rows = i32s(&[22, 0, 7, 30, 5, -2], dev);
+        let g = common::rand_t(&[6, 6], 20, -3.0, 3.0, dev);
+        let p = common::rand_t(&[23, 6], 21, -1.0, 1.0, dev);
+        let m = common::rand_t(&[23, 6], 22, -0.5, 0.5, dev);
+        let v = common::rand_t(&[23, 6], 23, 0.0, 2.0, dev).add_scalar(0.0);
+        let m = m.accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+        let v = v.accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+        let p = p.step_rows(&rows, &m, true, &v, [0.05, 1e-3], None);
+        vec![m, v, p]
+    });
+    // Adagrad's form (the numerator per touched row), and both gates: an open gate
+    // updates, a closed one leaves every row as it was even with NaN gradients.
+    check("accumulate_rows and step_rows: Adagrad, gated", |dev| {
+        let rows = i32s(&[4, 1, 9], dev);
+        let g = common::rand_t(&[3, 5], 24, -2.0, 2.0, dev);
+        let bad = g.add_scalar(f64::NAN);
+        let open = g.sum_all().gt_scalar(-1e9);
+        let shut = bad.sum_all().eq(&bad.sum_all());
+        let s = common::rand_t(&[10, 5], 25, 0.0, 1.0, dev);
+        let s = s.accumulate_rows(&rows, &g, true, [1.0, 1.0], Some(&open));
+        let p = common::rand_t(&[10, 5], 26, -1.0, 1.0, dev).step_rows(&rows, &g, false, &s, [0.1, 1e-10], Some(&open));
+        let q = common::rand_t(&[10, 5], 27, -1.0, 1.0, dev);
+        let q = q.accumulate_rows(&rows, &bad, false, [0.5, 0.5], Some(&shut));
+        let r =
+            common::rand_t(&[10, 5], 28, -1.0, 1.0, dev).step_rows(&rows, &bad, false, &s, [0.1, 1e-10], Some(&shut));
+        vec![s, p, q, r]
+    });
+    // Many increasing rows: the CPU backend splits them across threads, so each half
+    // must index the per-row operands from its own first row.
+    check("accumulate_rows and step_rows, 2,503 increasing rows into 262,147 x 8", |dev| {
+        let num = 262_147;
+        let mut rows: Vec<i32> = vec![-3, 0];
+        rows.extend((1..2500).map(|k| k * 104 + k % 7));
+        rows.extend([num as i32 - 1, num as i32 + 9]);
+        let rows = i32s(&rows, dev);
+        let u = rows.dims()[0];
+        let g = common::rand_t(&[u, 8], 29, -1.0, 1.0, dev);
+        let table = common::rand_t(&[num, 8], 30, -1.0, 1.0, dev).add_scalar(0.25);
+        let den = common::rand_t(&[num, 8], 31, 0.0, 1.0, dev).accumulate_rows(&rows, &g, true, [0.5, 1.0], None);
+        vec![den.clone(), table.step_rows(&rows, &g, false, &den, [0.01, 1e-6], None)]
+    });
+    for dev in devices() {
+        let t = Tensor::zeros([4, 3], DType::F32, &dev);
+        let rows = i32s(&[1, 2], &dev);
+        let g = Tensor::ones([2, 3], DType::F32, &dev);
+        // Shapes, dtypes and gates that do not fit are errors at the call.
+        let wrong = [
+            t.clone().accumulate_rows(&rows, &Tensor::ones([3, 3], DType::F32, &dev), false, [1.0, 1.0], None),
+            t.clone().accumulate_rows(&rows, &g.cast(DType::F16), false, [1.0, 1.0], None),
+            t.clone().step_rows(&rows, &g, true, &t, [1.0, 1.0], None),
+            t.clone().step_rows(&rows, &g, false, &g, [1.0, 1.0], None),
+            t.clone().accumulate_rows(&rows, &g, false, [1.0, 1.0], Some(&g)),
+            t.clone().accumulate_rows(&rows.cast(DType::F32), &g, false, [1.0, 1.0], None),
+        ];
+        for (k, w) in wrong.iter().enumerate() {
+            assert!(w.check().is_err(), "{}: bad row write {k} was accepted", label(&dev));
+        }
+        // An operand that is the table itself: its old rows (the CPU backend writes a
+        // copy) or a clear error (a GPU cannot bind one buffer twice), never a crash.
+        let table = common::rand_t(&[4, 3], 32, 0.5, 1.0, &dev);
+        table.realize_blocking().unwrap();
+        let want: Vec<f32> = table.to_vec_blocking().unwrap();
+        let out =
+            table.clone().step_rows(&rows, &table, true, &Tensor::ones([4, 3], DType::F32, &dev), [1.0, 0.0], None);
+        match out.to_vec_blocking::<f32>() {
+            Ok(got) => {
+                for (k, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    let expect = if (3..9).contains(&k) { 0.0 } else { w };
+                    assert!((g - expect).abs() < 1e-6, "{}: element {k} is {g}, expected {expect}", label(&dev));
+                }
+            }
+            Err(e) => assert!(e.to_string().contains("shares the table's buffer"), "{}: {e}", label(&dev)),
+        }
+        common::record(&dev);
+    }
+}
+
+#[test]
 fn topk_matches_the_reference() {
     for (rows, n, k) in [(5usize, 37usize, 10usize), (3, 10, 10), (70, 1682, 10), (2, 200, 64), (4, 9, 1)] {
         check(&format!("topk {rows}x{n} k={k}"), |dev| {

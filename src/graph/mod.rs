@@ -189,17 +189,51 @@ pub enum Op {
     SegmentReduce {
         op: ReduceOp,
     },
-    /// `x` (f32 `[R, D]`) with rows `rows[u]` replaced by `src[u]`: inputs
-    /// `(x, rows [U] I32, src [U, D])`. The kernel writes into `x`'s buffer in place, so
-    /// its cost is that of the `U` rows: `x` is consumed (after the realisation its
-    /// contents are unspecified). Rows out of range are skipped; duplicates are the
-    /// caller's to avoid. What sparse optimisers update tables with.
-    ScatterRows,
+    /// `x` (f32 `[R, D]`) with rows `rows[u]` rewritten by `rule` (see [`RowRule`]):
+    /// inputs `(x, rows [U] I32, ..the rule's operands, gate)`, the gate (f32 `[]`, the
+    /// rows stay as they are where it is 0) only when `gated`. The kernel writes into
+    /// `x`'s buffer in place, so its cost is that of the `U` rows: `x` is consumed
+    /// (after the realisation its contents are unspecified). Rows out of range are
+    /// skipped; duplicates are the caller's to avoid. What sparse optimisers update
+    /// tables with.
+    ScatterRows {
+        rule: RowRule,
+        gated: bool,
+    },
     /// Indices (I32, `[.., k]`) of the `k` largest values along the last axis, largest
     /// first, ties to the lower index, NaN the largest; one kernel, its input fused.
     TopK {
         k: usize,
     },
+}
+
+/// How `Op::ScatterRows` rewrites row `r = rows[u]` of a table `t`, element by element
+/// (`h` is an f32 `[2]` operand, so its values change without changing the kernel):
+/// - `Replace`, operands `(src [U, D])`: `t[r] = src[u]`;
+/// - `Accumulate`, operands `(g [U, D], h)`: `t[r] = h0 * t[r] + h1 * g[u]` (`g[u]²` when
+///   `square`): a moment's decay, or Adagrad's sum of squares;
+/// - `Step`, operands `(num, den [R, D], h)`: `t[r] -= h0 * n / (sqrt(den[r]) + h1)`,
+///   with `n = num[r]` (a table, `num_rows`) or `num[u]` (`[U, D]`): Adam's and
+///   Adagrad's parameter step.
+///
+/// One pass over the rows, reading each operand once: a sparse optimiser's update is a
+/// few such passes instead of gathers, an element-wise kernel and row copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowRule {
+    Replace,
+    Accumulate { square: bool },
+    Step { num_rows: bool },
+}
+
+impl RowRule {
+    /// Operands after `(x, rows)`, the gate aside.
+    pub fn operands(self) -> usize {
+        match self {
+            RowRule::Replace => 1,
+            RowRule::Accumulate { .. } => 2,
+            RowRule::Step { .. } => 3,
+        }
+    }
 }
 
 /// Geometry of a 2-D sliding window: `(rows, cols)` pairs.
@@ -258,7 +292,9 @@ impl Op {
             Op::Col2im { .. } => "col2im".into(),
             Op::Quantize => "quantize".into(),
             Op::SegmentReduce { op } => format!("segment_{op:?}").to_lowercase(),
-            Op::ScatterRows => "scatter_rows".into(),
+            Op::ScatterRows { rule: RowRule::Replace, .. } => "scatter_rows".into(),
+            Op::ScatterRows { rule: RowRule::Accumulate { .. }, .. } => "accumulate_rows".into(),
+            Op::ScatterRows { rule: RowRule::Step { .. }, .. } => "step_rows".into(),
             Op::TopK { .. } => "topk".into(),
         }
     }
@@ -278,7 +314,7 @@ impl Op {
             Op::Norm { .. } => KernelKind::Norm,
             Op::Quantize => KernelKind::Quantize,
             Op::SegmentReduce { .. } => KernelKind::Segment,
-            Op::ScatterRows => KernelKind::Scatter,
+            Op::ScatterRows { .. } => KernelKind::Scatter,
             Op::TopK { .. } => KernelKind::TopK,
             Op::Full { .. }
             | Op::Arange { .. }
@@ -321,8 +357,8 @@ impl Op {
             Op::Norm { rms, eps, weight, bias } => (rms, eps.to_bits(), weight, bias).hash(h),
             Op::SegmentReduce { op } => op.hash(h),
             Op::TopK { k } => k.hash(h),
+            Op::ScatterRows { rule, gated } => (rule, gated).hash(h),
             Op::Input
-            | Op::ScatterRows
             | Op::Full { .. }
             | Op::Arange { .. }
             | Op::Where

@@ -749,7 +749,7 @@ impl<'a> Gen<'a> {
             | Op::Norm { .. }
             | Op::Quantize
             | Op::SegmentReduce { .. }
-            | Op::ScatterRows
+            | Op::ScatterRows { .. }
             | Op::TopK { .. } => {
                 // Always materialised: reached here only if the scheduler failed to mark it.
                 let k = self.leaf(t);

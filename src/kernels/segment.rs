@@ -4,7 +4,7 @@
 
 use super::codegen::{Gen, Ix};
 use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
-use crate::graph::{Op, ReduceOp};
+use crate::graph::{Op, ReduceOp, RowRule};
 use crate::{DType, Result, Tensor};
 
 /// The whole source: header, bindings, support code, then `functions` (the generated
@@ -50,26 +50,56 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
 }
 
 /// Render `Op::ScatterRows` producing `root`: the output is the table's own buffer
-/// ([`KernelSpec::alias`]), which the kernel does not read.
+/// ([`KernelSpec::alias`]), which the kernel reads only for the rows it rewrites. Each
+/// operand is a generated function: `src_value(i)` (per element of the `[U, D]` rows),
+/// `num_value`/`den_value(k)` (a table's element `k`), `hyper(j)` and `gate_value`;
+/// `new_value(i, k)` applies the rule.
 pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
     let ins = &root.node().inputs;
-    let (table, rows, src_rows) = (&ins[0], &ins[1], &ins[2]);
+    let (table, rows) = (&ins[0], &ins[1]);
     let d = table.dims()[1];
+    let u = rows.numel();
     let mut g = Gen::new(*caps, is_leaf);
-    g.slot(src_rows.numel() as u32);
+    g.slot((u * d) as u32);
     g.slot(d as u32);
     g.slot(table.dims()[0] as u32);
-    let v = g.eval(src_rows, &Ix::lin("i"), false);
-    let value_body = g.take_function_body();
-    let r = g.eval(rows, &Ix::lin("u"), false);
-    let row_body = g.take_function_body();
-    let functions = format!(
-        "fn src_value(i: u32) -> f32 {{\n{value_body}    return f32({v});\n}}\n\
-         fn row_of(u: u32) -> i32 {{\n{row_body}    return i32({r});\n}}\n"
-    );
+    let mut functions = String::new();
+    let mut function = |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| {
+        let v = g.eval(t, &Ix::lin(var), false);
+        let body = g.take_function_body();
+        functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
+    };
+    function(&mut g, "row_of", "u", rows, "i32");
+    let new_value = match rule {
+        RowRule::Replace => {
+            function(&mut g, "src_value", "i", &ins[2], "f32");
+            "return src_value(i);".to_string()
+        }
+        RowRule::Accumulate { square } => {
+            function(&mut g, "src_value", "i", &ins[2], "f32");
+            function(&mut g, "hyper", "j", &ins[3], "f32");
+            let x = if square { "g * g" } else { "g" };
+            format!("let g = src_value(i);\n    return hyper(0u) * out[k] + hyper(1u) * {x};")
+        }
+        RowRule::Step { num_rows } => {
+            function(&mut g, "num_value", "k", &ins[2], "f32");
+            function(&mut g, "den_value", "k", &ins[3], "f32");
+            function(&mut g, "hyper", "j", &ins[4], "f32");
+            let n = if num_rows { "num_value(k)" } else { "num_value(i)" };
+            format!("return out[k] - hyper(0u) * {n} / (sqrt(den_value(k)) + hyper(1u));")
+        }
+    };
+    if gated {
+        function(&mut g, "gate_value", "z", &ins[ins.len() - 1], "f32");
+        functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
+    } else {
+        functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n");
+    }
+    functions.push_str(&format!("fn new_value(i: u32, k: u32) -> f32 {{\n    {new_value}\n}}\n"));
     let src = source(&g, root, &functions, sources::SCATTER_ROWS);
-    let label = "scatter_rows".to_string();
-    let workgroups = fold_groups((src_rows.numel() as u64).div_ceil(64), caps, &label)?;
+    let label = root.op().name();
+    let workgroups = fold_groups(((u * d) as u64).div_ceil(64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
     spec.alias = Some(table.clone());
     Ok(spec)

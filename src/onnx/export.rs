@@ -478,7 +478,7 @@ impl Exporter {
                 ))
             }
             Op::Quantize => return Err(Error::Unsupported("export: on-device quantisation".into())),
-            Op::SegmentReduce { .. } | Op::ScatterRows | Op::TopK { .. } => {
+            Op::SegmentReduce { .. } | Op::ScatterRows { .. } | Op::TopK { .. } => {
                 return Err(Error::Unsupported(format!("export: {}", t.op().name())))
             }
         };

@@ -3,7 +3,7 @@
 //! with), and top-k selection.
 
 use super::{dtype_err, precheck, shape_err, Loc};
-use crate::graph::{Op, ReduceOp};
+use crate::graph::{Op, ReduceOp, RowRule};
 use crate::{DType, Error, Result, Shape, Tensor};
 use std::panic::Location;
 
@@ -68,24 +68,103 @@ impl Tensor {
     /// Rows out of range are skipped. Not differentiable.
     #[track_caller]
     pub fn scatter_rows(self, rows: &Tensor, src: &Tensor) -> Tensor {
-        let loc = Location::caller();
+        self.rows_op(rows, RowRule::Replace, &[src], None, Location::caller())
+    }
+
+    /// [`Tensor::scatter_rows`] that accumulates instead of replacing: row `r =
+    /// rows[u]` becomes `decay * self[r] + scale * g[u]` (`g[u]²` with `square`), each
+    /// row read and written once in place. A moment of `SparseAdam` (`decay = β`,
+    /// `scale = 1 - β`) or Adagrad's sum of squares (1, 1). Where `gate` (a one-element
+    /// tensor, computed on the device) is false or 0 the table stays as it is, so a
+    /// step skipped for non-finite gradients never reads them.
+    #[track_caller]
+    pub fn accumulate_rows(
+        self,
+        rows: &Tensor,
+        g: &Tensor,
+        square: bool,
+        [decay, scale]: [f64; 2],
+        gate: Option<&Tensor>,
+    ) -> Tensor {
+        let h = Tensor::from_slice(&[decay as f32, scale as f32], [2], self.device());
+        self.rows_op(rows, RowRule::Accumulate { square }, &[g, &h], gate, Location::caller())
+    }
+
+    /// [`Tensor::scatter_rows`] that takes an optimiser's step: row `r = rows[u]`
+    /// becomes `self[r] - lr * n / (sqrt(den[r]) + eps)`, where `den` is a table like
+    /// `self` and `n` is `num[r]` when `num_rows` (`num` a table: Adam's first moment)
+    /// or `num[u]` (`num` `[U, D]`: Adagrad's gradient). In place, one pass over the
+    /// rows; `gate` as in [`Tensor::accumulate_rows`].
+    #[track_caller]
+    pub fn step_rows(
+        self,
+        rows: &Tensor,
+        num: &Tensor,
+        num_rows: bool,
+        den: &Tensor,
+        [lr, eps]: [f64; 2],
+        gate: Option<&Tensor>,
+    ) -> Tensor {
+        let h = Tensor::from_slice(&[lr as f32, eps as f32], [2], self.device());
+        self.rows_op(rows, RowRule::Step { num_rows }, &[num, den, &h], gate, Location::caller())
+    }
+
+    /// `Op::ScatterRows` with `rule` over `operands`, checked.
+    fn rows_op(self, rows: &Tensor, rule: RowRule, operands: &[&Tensor], gate: Option<&Tensor>, loc: Loc) -> Tensor {
+        let op: &'static str = match rule {
+            RowRule::Replace => "scatter_rows",
+            RowRule::Accumulate { .. } => "accumulate_rows",
+            RowRule::Step { .. } => "step_rows",
+        };
         let r = (|| {
-            precheck("scatter_rows", &[&self, rows, src], loc)?;
-            if self.dtype() != DType::F32 || src.dtype() != DType::F32 {
-                return Err(dtype_err("scatter_rows", &[self.dtype(), src.dtype()], "tables and rows are f32", loc));
+            let mut all = vec![&self, rows];
+            all.extend(operands.iter().copied());
+            all.extend(gate);
+            precheck(op, &all, loc)?;
+            if let Some(t) = std::iter::once(&self).chain(operands.iter().copied()).find(|t| t.dtype() != DType::F32) {
+                return Err(dtype_err(op, &[self.dtype(), t.dtype()], "tables and rows are f32", loc));
             }
-            if self.rank() != 2 || src.rank() != 2 || src.dims()[1] != self.dims()[1] {
-                return Err(shape_err(
-                    "scatter_rows",
-                    &[self.dims(), src.dims()],
-                    "the table is [R, D] and the rows [U, D]",
-                    loc,
-                ));
+            if self.rank() != 2 {
+                return Err(shape_err(op, &[self.dims()], "the table is [R, D]", loc));
             }
-            check_index("scatter_rows", rows, src.dims()[0], loc)?;
+            let (r, d) = (self.dims()[0], self.dims()[1]);
+            let u = rows.dims().first().copied().unwrap_or(0);
+            check_index(op, rows, u, loc)?;
+            // Each operand's expected shape: per touched row, per table row, or `h`.
+            let per_u = [u, d];
+            let table = [r, d];
+            let expected: Vec<&[usize]> = match rule {
+                RowRule::Replace => vec![&per_u],
+                RowRule::Accumulate { .. } => vec![&per_u, &[2]],
+                RowRule::Step { num_rows } => vec![if num_rows { &table } else { &per_u }, &table, &[2]],
+            };
+            for (t, want) in operands.iter().zip(&expected) {
+                if t.dims() != *want {
+                    return Err(shape_err(
+                        op,
+                        &[self.dims(), t.dims()],
+                        format!("the table is [R, D] = {:?}; expected an operand of {want:?}", self.dims()),
+                        loc,
+                    ));
+                }
+            }
+            let mut inputs = vec![self.clone(), rows.clone()];
+            inputs.extend(operands.iter().map(|t| (*t).clone()));
+            if let Some(g) = gate {
+                if g.numel() != 1 {
+                    return Err(shape_err(op, &[g.dims()], "the gate is one element", loc));
+                }
+                inputs.push(g.reshape(Vec::<usize>::new()).cast(DType::F32));
+            }
             let shape = Shape(self.dims().to_vec());
-            let inputs = vec![self.clone(), rows.clone(), src.clone()];
-            Ok(Tensor::make_at(Op::ScatterRows, inputs, shape, DType::F32, self.device(), loc))
+            Ok(Tensor::make_at(
+                Op::ScatterRows { rule, gated: gate.is_some() },
+                inputs,
+                shape,
+                DType::F32,
+                self.device(),
+                loc,
+            ))
         })();
         self.lift(r)
     }

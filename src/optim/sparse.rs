@@ -1,7 +1,8 @@
 //! Optimisers with a sparse rule: [`SparseAdam`] (PyTorch's lazy `SparseAdam`) and
 //! [`Adagrad`]. A sparse gradient updates only its rows of the table and of the
-//! optimiser's state, each written in place ([`Tensor::scatter_rows`]), so a step costs
-//! the rows a batch touched whatever the table's size. Dense gradients get the dense
+//! optimiser's state, each rewritten in place by one pass over those rows
+//! ([`Tensor::accumulate_rows`], [`Tensor::step_rows`]), so a step costs the rows a
+//! batch touched whatever the table's size. Dense gradients get the dense
 //! rule (Adam, Adagrad), so one optimiser trains a whole recommendation model.
 
 use super::{gated, Adam, Optimizer};
@@ -50,14 +51,10 @@ impl Optimizer for SparseAdam {
             let (slot, rows) = target(slots, g)?;
             let p = slot.tensor.clone();
             let (m0, v0) = a.moments.get(&slot.name).cloned().unwrap_or_else(|| (p.zeros_like(), p.zeros_like()));
-            let (po, mo, vo) = (p.index_select(0, &rows), m0.index_select(0, &rows), v0.index_select(0, &rows));
-            let gv = &g.values;
-            let m = mo.add(&gv.sub(&mo).mul_scalar(1.0 - b1));
-            let v = vo.add(&gv.square().sub(&vo).mul_scalar(1.0 - b2));
-            let pn = po.sub(&m.div(&v.sqrt().add_scalar(a.eps)).mul_scalar(step_size));
-            *slot.tensor = p.scatter_rows(&rows, &gated(apply, pn, &po));
-            let m = m0.scatter_rows(&rows, &gated(apply, m, &mo));
-            let v = v0.scatter_rows(&rows, &gated(apply, v, &vo));
+            // Three passes over the rows, each rewriting one table in place.
+            let m = m0.accumulate_rows(&rows, &g.values, false, [b1, 1.0 - b1], apply);
+            let v = v0.accumulate_rows(&rows, &g.values, true, [b2, 1.0 - b2], apply);
+            *slot.tensor = p.step_rows(&rows, &m, true, &v, [step_size, a.eps], apply);
             a.moments.insert(slot.name.clone(), (m, v));
         }
         Ok(())
@@ -117,11 +114,9 @@ impl Optimizer for Adagrad {
             let (slot, rows) = target(slots, g)?;
             let p = slot.tensor.clone();
             let s0 = self.sums.get(&slot.name).cloned().unwrap_or_else(|| p.zeros_like());
-            let (po, so) = (p.index_select(0, &rows), s0.index_select(0, &rows));
-            let sum = so.add(&g.values.square());
-            let pn = po.sub(&g.values.div(&sum.sqrt().add_scalar(self.eps)).mul_scalar(self.lr));
-            *slot.tensor = p.scatter_rows(&rows, &gated(apply, pn, &po));
-            self.sums.insert(slot.name.clone(), s0.scatter_rows(&rows, &gated(apply, sum, &so)));
+            let sum = s0.accumulate_rows(&rows, &g.values, true, [1.0, 1.0], apply);
+            *slot.tensor = p.step_rows(&rows, &g.values, false, &sum, [self.lr, self.eps], apply);
+            self.sums.insert(slot.name.clone(), sum);
         }
         Ok(())
     }

@@ -67,7 +67,7 @@ pub fn eval_with(t: &Tensor, inputs: &[&[f64]], exact: bool) -> Result<Vec<f64>>
         Op::Col2im { window } => movement::col2im(inputs[0], dims(0), window, t.dims()),
         Op::Quantize => quantize(dt, inputs[0]).0,
         Op::SegmentReduce { op } => segment::segment_reduce(*op, inputs[0], inputs[1], dims(0)[1]),
-        Op::ScatterRows => segment::scatter_rows(inputs[0], inputs[1], inputs[2], dims(0)[1]),
+        Op::ScatterRows { rule, gated } => segment::scatter_rows(*rule, *gated, inputs, dims(0)[1]),
         Op::TopK { k } => segment::topk(inputs[0], dims(0).last().copied().unwrap_or(1), *k),
     };
     if exact && dt.is_float() || dt.is_quantized() {

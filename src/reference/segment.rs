@@ -1,6 +1,6 @@
 //! Segment reductions, row writes and top-k.
 
-use crate::graph::ReduceOp;
+use crate::graph::{ReduceOp, RowRule};
 
 /// `Op::SegmentReduce` over `values` (`[N, D]`) by `offsets` (`[S + 1]`).
 pub fn segment_reduce(op: ReduceOp, values: &[f64], offsets: &[f64], d: usize) -> Vec<f64> {
@@ -36,14 +36,35 @@ pub fn segment_reduce(op: ReduceOp, values: &[f64], offsets: &[f64], d: usize) -
     out
 }
 
-/// `Op::ScatterRows`: `x` (`[R, D]`) with rows `rows[u]` replaced by `src[u]`.
-pub fn scatter_rows(x: &[f64], rows: &[f64], src: &[f64], d: usize) -> Vec<f64> {
+/// `Op::ScatterRows`: `inputs[0]` (`[R, D]`) with rows `inputs[1][u]` rewritten by
+/// `rule` from the operands that follow (the gate last when `gated`: no row changes
+/// where it is 0).
+pub fn scatter_rows(rule: RowRule, gated: bool, inputs: &[&[f64]], d: usize) -> Vec<f64> {
+    let (x, rows) = (inputs[0], inputs[1]);
     let mut out = x.to_vec();
     let r = x.len().checked_div(d).unwrap_or(0);
+    if gated && inputs[2 + rule.operands()][0] == 0.0 {
+        return out;
+    }
     for (u, &row) in rows.iter().enumerate() {
-        if row >= 0.0 && (row as usize) < r {
-            let row = row as usize;
-            out[row * d..(row + 1) * d].copy_from_slice(&src[u * d..(u + 1) * d]);
+        if row < 0.0 || row as usize >= r {
+            continue;
+        }
+        let row = row as usize;
+        for c in 0..d {
+            let (at, k) = (row * d + c, u * d + c);
+            out[at] = match rule {
+                RowRule::Replace => inputs[2][k],
+                RowRule::Accumulate { square } => {
+                    let (g, h) = (inputs[2][k], inputs[3]);
+                    h[0] * out[at] + h[1] * if square { g * g } else { g }
+                }
+                RowRule::Step { num_rows } => {
+                    let (num, den, h) = (inputs[2], inputs[3], inputs[4]);
+                    let n = if num_rows { num[at] } else { num[k] };
+                    out[at] - h[0] * n / (den[at].sqrt() + h[1])
+                }
+            };
         }
     }
     out

@@ -28,7 +28,7 @@ mod sgemm;
 
 use crate::device::{Device, Readback, Storage};
 use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};
-use crate::graph::Op;
+use crate::graph::{Op, RowRule};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use buffer::{CpuBuffer, HostBuffer};
@@ -160,13 +160,14 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     Ok((n_read > 0).then_some(out))
 }
 
-/// `Op::ScatterRows`: write the rows into the table's own buffer when nothing else
-/// holds it (else into a copy), and give that buffer to both the table and the result.
+/// `Op::ScatterRows`: rewrite the rows in the table's own buffer when nothing else
+/// holds it (else in a copy), and give that buffer to both the table and the result.
 fn scatter_in_place(
     root: &Tensor,
     materialised: &std::collections::HashSet<u64>,
     produced: &mut HashMap<u64, Arc<CpuBuffer>>,
 ) -> Result<Arc<CpuBuffer>> {
+    let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
     let ins = &root.node().inputs;
     let find = |t: &Tensor, produced: &HashMap<u64, Arc<CpuBuffer>>| -> Result<Arc<CpuBuffer>> {
         let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
@@ -176,11 +177,20 @@ fn scatter_in_place(
             _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
         }
     };
+    // Every operand's buffer is held before the table's is taken: one that is the
+    // table itself then keeps its old values, and the rows go to a copy.
     let rows = find(&ins[1], produced)?;
-    let values = find(&ins[2], produced)?;
-    let (HostBuffer::I32(rows), HostBuffer::F32(values)) = (&**rows, &**values) else {
-        return Err(Error::Unsupported("cpu: scatter_rows takes i32 rows and f32 values".into()));
+    let operands: Vec<Arc<CpuBuffer>> = ins[2..].iter().map(|t| find(t, produced)).collect::<Result<_>>()?;
+    let HostBuffer::I32(rows) = &**rows else {
+        return Err(Error::Unsupported("cpu: row writes take i32 rows".into()));
     };
+    let operands: Vec<&[f32]> = operands
+        .iter()
+        .map(|b| match &***b {
+            HostBuffer::F32(v) => Ok(v.as_slice()),
+            _ => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
+        })
+        .collect::<Result<_>>()?;
     let table = buffer_source(&ins[0], materialised).unwrap_or_else(|| ins[0].clone());
     // The buffer, moved out of wherever it lives so that it can be owned.
     let (held, from_tensor) = match produced.remove(&table.id()) {
@@ -196,10 +206,44 @@ fn scatter_in_place(
         },
     };
     let mut owned = Arc::try_unwrap(held).unwrap_or_else(|shared| shared.duplicate());
-    let d = ins[0].dims()[1];
-    let r = ins[0].dims()[0];
-    if let HostBuffer::F32(table_values) = owned.data_mut() {
-        write_rows(table_values, 0, rows, values, d.max(1), r);
+    let (r, d) = (ins[0].dims()[0], ins[0].dims()[1].max(1));
+    let open = !gated || operands.last().and_then(|g| g.first()).is_some_and(|&g| g != 0.0);
+    if let (HostBuffer::F32(t), true) = (owned.data_mut(), open) {
+        let no_prefetch = |_: usize| {};
+        match rule {
+            RowRule::Replace => {
+                let src = operands[0];
+                update_rows(t, 0, rows, d, r, &|u, _, dst| dst.copy_from_slice(&src[u * d..(u + 1) * d]), &no_prefetch);
+            }
+            RowRule::Accumulate { square } => {
+                let (g, h) = (operands[0], operands[1]);
+                let (decay, scale) = (h[0], h[1]);
+                let f = |u: usize, _: usize, dst: &mut [f32]| {
+                    for (t, &g) in dst.iter_mut().zip(&g[u * d..(u + 1) * d]) {
+                        *t = decay * *t + scale * if square { g * g } else { g };
+                    }
+                };
+                update_rows(t, 0, rows, d, r, &f, &no_prefetch);
+            }
+            RowRule::Step { num_rows } => {
+                let (num, den, h) = (operands[0], operands[1], operands[2]);
+                let (lr, eps) = (h[0], h[1]);
+                let f = |u: usize, row: usize, dst: &mut [f32]| {
+                    let n = if num_rows { &num[row * d..(row + 1) * d] } else { &num[u * d..(u + 1) * d] };
+                    for ((t, &n), &s) in dst.iter_mut().zip(n).zip(&den[row * d..(row + 1) * d]) {
+                        *t -= lr * n / (s.sqrt() + eps);
+                    }
+                };
+                // The operand tables' rows are as scattered as the table's.
+                let ahead = |row: usize| {
+                    memory::prefetch_run(den, row * d, d);
+                    if num_rows {
+                        memory::prefetch_run(num, row * d, d);
+                    }
+                };
+                update_rows(t, 0, rows, d, r, &f, &ahead);
+            }
+        }
     }
     let out = Arc::new(owned);
     if from_tensor {
@@ -210,12 +254,35 @@ fn scatter_in_place(
     Ok(out)
 }
 
-/// `table[rows[u]] = values[u]` for every row of `rows` in range (`table` holds rows
-/// `first..` of `d` values, `num` rows in the whole table; a later duplicate wins). Each
-/// destination row is prefetched a few rows ahead; rows in strictly increasing order
+/// Rewrite row `rows[u]` of `table` by `f(u, row, values)` for every row in range
+/// (`table` holds rows `first..` of `d` values, `num` rows in the whole table; a later
+/// duplicate wins). Each destination row is prefetched a few rows ahead, with
+/// `ahead(row)` for whatever else `f` reads by row; rows in strictly increasing order
 /// (what sparse optimisers write) are split across threads, each half of the rows
 /// writing its own half of the table.
-fn write_rows(table: &mut [f32], first: usize, rows: &[i32], values: &[f32], d: usize, num: usize) {
+fn update_rows<F, P>(table: &mut [f32], first: usize, rows: &[i32], d: usize, num: usize, f: &F, ahead: &P)
+where
+    F: Fn(usize, usize, &mut [f32]) + Sync,
+    P: Fn(usize) + Sync,
+{
+    update_rows_from(table, first, rows, 0, d, num, f, ahead)
+}
+
+/// [`update_rows`] over `rows`, the rows `u0..` of the whole write.
+#[allow(clippy::too_many_arguments)]
+fn update_rows_from<F, P>(
+    table: &mut [f32],
+    first: usize,
+    rows: &[i32],
+    u0: usize,
+    d: usize,
+    num: usize,
+    f: &F,
+    ahead: &P,
+) where
+    F: Fn(usize, usize, &mut [f32]) + Sync,
+    P: Fn(usize) + Sync,
+{
     let increasing = rows.windows(2).all(|w| w[0] < w[1]);
     if increasing && par::worth(rows.len() * d) && rows.len() >= 2 {
         #[cfg(not(target_arch = "wasm32"))]
@@ -224,26 +291,26 @@ fn write_rows(table: &mut [f32], first: usize, rows: &[i32], values: &[f32], d: 
             // Rows from `rows[half]` on lie at or past this table row.
             let split = (rows[half].max(0) as usize).clamp(first, first + table.len() / d);
             let (lo, hi) = table.split_at_mut((split - first) * d);
-            let (lo_v, hi_v) = values.split_at(half * d);
             rayon::join(
-                || write_rows(lo, first, &rows[..half], lo_v, d, num),
-                || write_rows(hi, split, &rows[half..], hi_v, d, num),
+                || update_rows_from(lo, first, &rows[..half], u0, d, num, f, ahead),
+                || update_rows_from(hi, split, &rows[half..], u0 + half, d, num, f, ahead),
             );
             return;
         }
     }
     const AHEAD: usize = 16;
     let len = table.len();
-    let at = |row: i32| -> Option<usize> {
-        let row = usize::try_from(row).ok().filter(|&r| r < num && r >= first)?;
-        Some((row - first) * d).filter(|&a| a + d <= len)
-    };
+    let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
+    let at = |row: usize| -> Option<usize> { Some((row.checked_sub(first)?) * d).filter(|&a| a + d <= len) };
     for (u, &row) in rows.iter().enumerate() {
-        if let Some(a) = rows.get(u + AHEAD).and_then(|&r| at(r)) {
-            memory::prefetch_run(table, a, d);
+        if let Some(next) = rows.get(u + AHEAD).and_then(|&r| row_of(r)) {
+            if let Some(a) = at(next) {
+                memory::prefetch_run(table, a, d);
+            }
+            ahead(next);
         }
-        if let Some(a) = at(row) {
-            table[a..a + d].copy_from_slice(&values[u * d..(u + 1) * d]);
+        if let Some((row, a)) = row_of(row).and_then(|r| Some((r, at(r)?))) {
+            f(u0 + u, row, &mut table[a..a + d]);
         }
     }
 }

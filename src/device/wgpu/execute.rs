@@ -416,6 +416,13 @@ pub(crate) async fn run(
             (None, None) => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
+        // A buffer bound both as an input and as the in-place output fails validation.
+        if s.alias.is_some() && inputs.iter().any(|b| Arc::ptr_eq(b, &out)) {
+            return Err(Error::Unsupported(format!(
+                "{}: an operand shares the table's buffer; realise a copy of it first",
+                s.label
+            )));
+        }
         let mut extra = Vec::with_capacity(s.extra_outputs.len());
         for t in &s.extra_outputs {
             let need = t.storage_bytes();
