@@ -266,6 +266,14 @@ pub fn covering_graphs() -> Vec<Tensor> {
         out.push(values.segment_reduce(&offsets, &seg, op));
     }
     out.push(Tensor::rand([6, 5], 16, &d).scatter_rows(&ids.narrow(0, 0, 2), &Tensor::rand([2, 5], 17, &d)));
+    // The optimisers' row rules, ungated and gated.
+    let (rows, g) = (ids.narrow(0, 0, 2), Tensor::rand([2, 5], 19, &d));
+    let gate = g.sum_all().gt_scalar(0.0);
+    for (square, gate) in [(false, None), (true, Some(&gate))] {
+        let m = Tensor::rand([6, 5], 20, &d).accumulate_rows(&rows, &g, square, [0.9, 0.1], gate);
+        out.push(Tensor::rand([6, 5], 21, &d).step_rows(&rows, &m, true, &m.sqrt(), [0.1, 1e-8], gate));
+        out.push(Tensor::rand([6, 5], 22, &d).step_rows(&rows, &g, false, &m, [0.1, 1e-8], gate));
+    }
     out.push(Tensor::rand([3, 40], 18, &d).exp().topk(10).1);
     out
 }
