@@ -265,16 +265,20 @@ where
     F: Fn(usize, usize, &mut [f32]) + Sync,
     P: Fn(usize) + Sync,
 {
-    update_rows_from(table, first, rows, 0, d, num, f, ahead)
+    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
+    let parts = if increasing && par::worth(rows.len() * d) { par::threads().min(rows.len()) } else { 1 };
+    update_rows_from(table, first, rows, 0, parts, d, num, f, ahead)
 }
 
-/// [`update_rows`] over `rows`, the rows `u0..` of the whole write.
+/// [`update_rows`] over `rows` (the rows `u0..` of the whole write, increasing when
+/// `parts` > 1) in `parts` stretches, one per thread, each prefetching its own rows.
 #[allow(clippy::too_many_arguments)]
 fn update_rows_from<F, P>(
     table: &mut [f32],
     first: usize,
     rows: &[i32],
     u0: usize,
+    parts: usize,
     d: usize,
     num: usize,
     f: &F,
@@ -283,21 +287,20 @@ fn update_rows_from<F, P>(
     F: Fn(usize, usize, &mut [f32]) + Sync,
     P: Fn(usize) + Sync,
 {
-    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
-    if increasing && par::worth(rows.len() * d) && rows.len() >= 2 {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let half = rows.len() / 2;
-            // Rows from `rows[half]` on lie at or past this table row.
-            let split = (rows[half].max(0) as usize).clamp(first, first + table.len() / d);
-            let (lo, hi) = table.split_at_mut((split - first) * d);
-            rayon::join(
-                || update_rows_from(lo, first, &rows[..half], u0, d, num, f, ahead),
-                || update_rows_from(hi, split, &rows[half..], u0 + half, d, num, f, ahead),
-            );
-            return;
-        }
+    #[cfg(not(target_arch = "wasm32"))]
+    if parts > 1 && rows.len() >= 2 {
+        let lo_parts = parts / 2;
+        let half = rows.len() * lo_parts / parts;
+        // Rows from `rows[half]` on lie at or past this table row.
+        let split = (rows[half].max(0) as usize).clamp(first, first + table.len() / d);
+        let (lo, hi) = table.split_at_mut((split - first) * d);
+        rayon::join(
+            || update_rows_from(lo, first, &rows[..half], u0, lo_parts, d, num, f, ahead),
+            || update_rows_from(hi, split, &rows[half..], u0 + half, parts - lo_parts, d, num, f, ahead),
+        );
+        return;
     }
+    let _ = parts;
     const AHEAD: usize = 16;
     let len = table.len();
     let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
