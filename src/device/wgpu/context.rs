@@ -54,6 +54,14 @@ pub(crate) struct GpuContext {
 /// adapter enumeration, device creation, uploads and realisations.
 static GL_LOCK: Mutex<()> = Mutex::new(());
 
+/// How long a readback polls (yielding) before it sleeps until the GPU is done
+/// (`TESSERA_READBACK_SPIN_US` overrides it; 0 sleeps at once).
+#[cfg(not(target_arch = "wasm32"))]
+static READBACK_SPIN: std::sync::LazyLock<std::time::Duration> = std::sync::LazyLock::new(|| {
+    let us = std::env::var("TESSERA_READBACK_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    std::time::Duration::from_micros(us)
+});
+
 fn gl_lock() -> std::sync::MutexGuard<'static, ()> {
     GL_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -430,20 +438,36 @@ impl GpuContext {
     /// Map `buffers` for reading and return their bytes (first `len` bytes of each).
     pub async fn map_read(&self, buffers: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>> {
         let mut receivers = Vec::new();
+        let mapped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for (b, len) in buffers {
             let (tx, rx) = futures_channel::oneshot::channel();
             let len = (*len).max(4);
+            let mapped = mapped.clone();
             b.map_async(wgpu::MapMode::Read, 0..len, move |r| {
+                mapped.fetch_add(1, std::sync::atomic::Ordering::Release);
                 let _ = tx.send(r);
             });
             receivers.push(rx);
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
-            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| match e {
+            let lost = |e: wgpu::PollError| match e {
                 wgpu::PollError::Timeout => Error::Gpu { context: "readback".into(), message: e.to_string() },
                 _ => Error::DeviceLost(e.to_string()),
-            })?;
+            };
+            // Poll, yielding the core, for a short while before sleeping on the fence: a
+            // small readback (a loss, one element) is done within tens of microseconds,
+            // while a thread put to sleep and woken by the driver's queue thread takes
+            // longer than that to run again (about 0.2 ms a round trip on lavapipe here).
+            let spin = std::time::Instant::now();
+            let done = || mapped.load(std::sync::atomic::Ordering::Acquire) == buffers.len();
+            while !done() && spin.elapsed() < *READBACK_SPIN {
+                self.device.poll(wgpu::PollType::Poll).map_err(lost)?;
+                std::thread::yield_now();
+            }
+            if !done() {
+                self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(lost)?;
+            }
         }
         let mut out = Vec::new();
         for (rx, (b, len)) in receivers.into_iter().zip(buffers) {
