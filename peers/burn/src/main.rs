@@ -21,6 +21,7 @@ use std::time::Instant;
 
 /// Wait for the device to finish every queued operation while `t` is alive (so fusion
 /// cannot drop or narrow its computation), then read one element of it back.
+#[allow(clippy::single_range_in_vec_init)] // burn's slice takes one range per axis
 fn force<const D: usize>(t: Tensor<D>) {
     t.device().sync().expect("the device failed");
     let one = t.flatten::<1>(0, D - 1).slice([0..1]).into_data();
@@ -117,7 +118,7 @@ fn main() {
     let mut adam = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(&train);
     let xb = Tensor::<2>::random([64, 784], Distribution::Uniform(0.0, 1.0), &train);
-    let yb = Tensor::<1, Int>::from_ints((0..64).map(|i| (i * 7 % 10) as i32).collect::<Vec<_>>().as_slice(), &train);
+    let yb = Tensor::<1, Int>::from_ints((0..64).map(|i| i * 7 % 10).collect::<Vec<_>>().as_slice(), &train);
     cases.push(Case {
         name: "mlp-train adam b64",
         work: 1.0,
