@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
-cargo build --release --example bench
+# test.sh's build selection, so the two share one set of artifacts.
+export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
+cargo build --release --workspace --exclude tessera-web --features tessera/mpi,tessera/desktop --example bench
 (cd peers/burn && cargo build --release)
 out=target/peer-compare
 mkdir -p "$out"
