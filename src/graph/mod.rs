@@ -226,6 +226,15 @@ pub enum RowRule {
 }
 
 impl RowRule {
+    /// The op's name under this rule (messages, DOT, kernel labels).
+    pub fn op_name(self) -> &'static str {
+        match self {
+            RowRule::Replace => "scatter_rows",
+            RowRule::Accumulate { .. } => "accumulate_rows",
+            RowRule::Step { .. } => "step_rows",
+        }
+    }
+
     /// Operands after `(x, rows)`, the gate aside.
     pub fn operands(self) -> usize {
         match self {
@@ -292,9 +301,7 @@ impl Op {
             Op::Col2im { .. } => "col2im".into(),
             Op::Quantize => "quantize".into(),
             Op::SegmentReduce { op } => format!("segment_{op:?}").to_lowercase(),
-            Op::ScatterRows { rule: RowRule::Replace, .. } => "scatter_rows".into(),
-            Op::ScatterRows { rule: RowRule::Accumulate { .. }, .. } => "accumulate_rows".into(),
-            Op::ScatterRows { rule: RowRule::Step { .. }, .. } => "step_rows".into(),
+            Op::ScatterRows { rule, .. } => rule.op_name().into(),
             Op::TopK { .. } => "topk".into(),
         }
     }

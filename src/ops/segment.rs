@@ -111,11 +111,7 @@ impl Tensor {
 
     /// `Op::ScatterRows` with `rule` over `operands`, checked.
     fn rows_op(self, rows: &Tensor, rule: RowRule, operands: &[&Tensor], gate: Option<&Tensor>, loc: Loc) -> Tensor {
-        let op: &'static str = match rule {
-            RowRule::Replace => "scatter_rows",
-            RowRule::Accumulate { .. } => "accumulate_rows",
-            RowRule::Step { .. } => "step_rows",
-        };
+        let op = rule.op_name();
         let r = (|| {
             let mut all = vec![&self, rows];
             all.extend(operands.iter().copied());
