@@ -143,6 +143,27 @@ fn row_rules_match_the_reference() {
         let den = common::rand_t(&[num, 8], 31, 0.0, 1.0, dev).accumulate_rows(&rows, &g, true, [0.5, 1.0], None);
         vec![den.clone(), table.step_rows(&rows, &g, false, &den, [0.01, 1e-6], None)]
     });
+    // Writes over the same increasing rows, which the CPU backend runs as one pass, row
+    // by row: Adam's three, then Adagrad's with its gate shut over NaN gradients, then
+    // a table whose rows are as many as the rows written, so that a write can read an
+    // earlier one's result at the touched row's position (that one must not join the
+    // pass: it reads other rows than the one being written).
+    check("row writes over the same rows in one pass", |dev| {
+        let rows = i32s(&[0, 3, 4, 8, 12], dev);
+        let g = common::rand_t(&[5, 7], 33, -2.0, 2.0, dev);
+        let bad = g.add_scalar(f64::NAN);
+        let shut = bad.sum_all().eq(&bad.sum_all());
+        let table = |seed, lo, hi| common::rand_t(&[13, 7], seed, lo, hi, dev);
+        let m = table(34, -0.5, 0.5).accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+        let v = table(35, 0.0, 2.0).accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+        let p = table(36, -1.0, 1.0).step_rows(&rows, &m, true, &v, [0.05, 1e-3], None);
+        let s = table(37, 0.0, 1.0).accumulate_rows(&rows, &bad, true, [1.0, 1.0], Some(&shut));
+        let q = table(38, -1.0, 1.0).step_rows(&rows, &bad, false, &s, [0.1, 1e-10], Some(&shut));
+        let all = i32s(&[0, 1, 2, 3, 4], dev);
+        let w = common::rand_t(&[5, 7], 39, -1.0, 1.0, dev).accumulate_rows(&all, &g, false, [0.5, 1.0], None);
+        let x = common::rand_t(&[5, 7], 40, -1.0, 1.0, dev).accumulate_rows(&all, &w, true, [1.0, 0.5], None);
+        vec![m, v, p, s, q, w, x]
+    });
     for dev in devices() {
         let t = Tensor::zeros([4, 3], DType::F32, &dev);
         let rows = i32s(&[1, 2], &dev);

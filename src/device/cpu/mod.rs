@@ -9,6 +9,7 @@
 //! - `matmul`: batched products over `sgemm` (the `gemm` crate natively, a SIMD128
 //!   kernel of our own in wasm), quantised weights dequantised panel by panel;
 //! - `rows`: softmax, layer/RMS norm and attention, each its own loop;
+//! - `scatter`: row writes in place, consecutive ones over the same rows in one pass;
 //! - `reference`: the f64 interpreter over `src/reference/`, the tests' oracle
 //!   ([`Device::reference`](crate::Device::reference)).
 //!
@@ -24,11 +25,12 @@ mod par;
 mod reduce;
 pub(crate) mod reference;
 mod rows;
+mod scatter;
 mod sgemm;
 
 use crate::device::{Device, Readback, Storage};
 use crate::graph::schedule::{buffer_source, matmul_operand, KernelKind};
-use crate::graph::{Op, RowRule};
+use crate::graph::Op;
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use buffer::{CpuBuffer, HostBuffer};
@@ -43,11 +45,13 @@ pub(crate) fn trim_pool() -> u64 {
     memory::trim()
 }
 
-/// Record kernel `k`, started at `t0`, in the profile.
+/// Record kernel `k` (with the `n - 1` that follow it when they ran as one pass),
+/// started at `t0`, in the profile.
 #[cfg(not(target_arch = "wasm32"))]
-fn record_kernel(k: &crate::graph::schedule::ScheduledKernel, t0: std::time::Instant) {
+fn record_kernel(k: &crate::graph::schedule::ScheduledKernel, n: usize, t0: std::time::Instant) {
     let start_us = t0.duration_since(*epoch()).as_secs_f64() * 1e6;
-    let label = format!("cpu {} {:?}", k.root.op().name(), k.root.dims());
+    let more = if n > 1 { format!(" and {} more", n - 1) } else { String::new() };
+    let label = format!("cpu {}{more} {:?}", k.root.op().name(), k.root.dims());
     let duration_us = t0.elapsed().as_secs_f64() * 1e6;
     crate::profile::record([crate::profile::KernelTime { label, start_us, duration_us }]);
 }
@@ -87,16 +91,22 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     }
     let mut produced: HashMap<u64, Arc<CpuBuffer>> = HashMap::new();
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
+    // Kernels that ran inside an earlier one's pass (row writes over the same rows).
+    let (mut passed, mut joined) = (0, 0);
     for (j, k) in sched.kernels.iter().enumerate() {
+        if j < passed {
+            continue;
+        }
         if k.kind == KernelKind::Scatter {
+            let group = &sched.kernels[j..j + scatter::group_len(&sched.kernels[j..], &sched.materialised)];
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
-            let out = scatter_in_place(&k.root, &sched.materialised, &mut produced)?;
+            scatter::run_group(group, &sched.materialised, &mut produced)?;
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
-                record_kernel(k, t0);
+                record_kernel(k, group.len(), t0);
             }
-            produced.insert(k.root.id(), out);
+            (passed, joined) = (j + group.len(), joined + group.len() - 1);
             continue;
         }
         for t in std::iter::once(&k.root).chain(&k.siblings) {
@@ -129,7 +139,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
             };
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
-                record_kernel(k, t0);
+                record_kernel(k, 1, t0);
             }
             outs
         };
@@ -138,7 +148,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
         produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
     }
-    dev.0.counters.add(Counter::Kernels, sched.kernels.len() as u64);
+    dev.0.counters.add(Counter::Kernels, (sched.kernels.len() - joined) as u64);
     dev.0.counters.add(Counter::Realizations, 1);
     dev.0.counters.add(Counter::Plans, 1);
     let mut out = Vec::with_capacity(n_read);
@@ -158,164 +168,6 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
     }
     Ok((n_read > 0).then_some(out))
-}
-
-/// `Op::ScatterRows`: rewrite the rows in the table's own buffer when nothing else
-/// holds it (else in a copy), and give that buffer to both the table and the result.
-fn scatter_in_place(
-    root: &Tensor,
-    materialised: &std::collections::HashSet<u64>,
-    produced: &mut HashMap<u64, Arc<CpuBuffer>>,
-) -> Result<Arc<CpuBuffer>> {
-    let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
-    let ins = &root.node().inputs;
-    let find = |t: &Tensor, produced: &HashMap<u64, Arc<CpuBuffer>>| -> Result<Arc<CpuBuffer>> {
-        let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
-        match (produced.get(&src.id()), src.storage()) {
-            (Some(b), _) => Ok(b.clone()),
-            (None, Some(Storage::Cpu(b))) => Ok(b),
-            _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
-        }
-    };
-    // Every operand's buffer is held before the table's is taken: one that is the
-    // table itself then keeps its old values, and the rows go to a copy.
-    let rows = find(&ins[1], produced)?;
-    let operands: Vec<Arc<CpuBuffer>> = ins[2..].iter().map(|t| find(t, produced)).collect::<Result<_>>()?;
-    let HostBuffer::I32(rows) = &**rows else {
-        return Err(Error::Unsupported("cpu: row writes take i32 rows".into()));
-    };
-    let operands: Vec<&[f32]> = operands
-        .iter()
-        .map(|b| match &***b {
-            HostBuffer::F32(v) => Ok(v.as_slice()),
-            _ => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
-        })
-        .collect::<Result<_>>()?;
-    let table = buffer_source(&ins[0], materialised).unwrap_or_else(|| ins[0].clone());
-    // The buffer, moved out of wherever it lives so that it can be owned.
-    let (held, from_tensor) = match produced.remove(&table.id()) {
-        Some(b) => (b, false),
-        None => match table.take_storage() {
-            Some(Storage::Cpu(b)) => (b, true),
-            other => {
-                if let Some(s) = other {
-                    table.set_storage(s);
-                }
-                return Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", table.id())));
-            }
-        },
-    };
-    let mut owned = Arc::try_unwrap(held).unwrap_or_else(|shared| shared.duplicate());
-    let (r, d) = (ins[0].dims()[0], ins[0].dims()[1].max(1));
-    let open = !gated || operands.last().and_then(|g| g.first()).is_some_and(|&g| g != 0.0);
-    if let (HostBuffer::F32(t), true) = (owned.data_mut(), open) {
-        let no_prefetch = |_: usize| {};
-        match rule {
-            RowRule::Replace => {
-                let src = operands[0];
-                update_rows(t, 0, rows, d, r, &|u, _, dst| dst.copy_from_slice(&src[u * d..(u + 1) * d]), &no_prefetch);
-            }
-            RowRule::Accumulate { square } => {
-                let (g, h) = (operands[0], operands[1]);
-                let (decay, scale) = (h[0], h[1]);
-                let f = |u: usize, _: usize, dst: &mut [f32]| {
-                    for (t, &g) in dst.iter_mut().zip(&g[u * d..(u + 1) * d]) {
-                        *t = decay * *t + scale * if square { g * g } else { g };
-                    }
-                };
-                update_rows(t, 0, rows, d, r, &f, &no_prefetch);
-            }
-            RowRule::Step { num_rows } => {
-                let (num, den, h) = (operands[0], operands[1], operands[2]);
-                let (lr, eps) = (h[0], h[1]);
-                let f = |u: usize, row: usize, dst: &mut [f32]| {
-                    let n = if num_rows { &num[row * d..(row + 1) * d] } else { &num[u * d..(u + 1) * d] };
-                    for ((t, &n), &s) in dst.iter_mut().zip(n).zip(&den[row * d..(row + 1) * d]) {
-                        *t -= lr * n / (s.sqrt() + eps);
-                    }
-                };
-                // The operand tables' rows are as scattered as the table's.
-                let ahead = |row: usize| {
-                    memory::prefetch_run(den, row * d, d);
-                    if num_rows {
-                        memory::prefetch_run(num, row * d, d);
-                    }
-                };
-                update_rows(t, 0, rows, d, r, &f, &ahead);
-            }
-        }
-    }
-    let out = Arc::new(owned);
-    if from_tensor {
-        table.set_storage(Storage::Cpu(out.clone()));
-    } else {
-        produced.insert(table.id(), out.clone());
-    }
-    Ok(out)
-}
-
-/// Rewrite row `rows[u]` of `table` by `f(u, row, values)` for every row in range
-/// (`table` holds rows `first..` of `d` values, `num` rows in the whole table; a later
-/// duplicate wins). Each destination row is prefetched a few rows ahead, with
-/// `ahead(row)` for whatever else `f` reads by row; rows in strictly increasing order
-/// (what sparse optimisers write) are split across threads, each half of the rows
-/// writing its own half of the table.
-fn update_rows<F, P>(table: &mut [f32], first: usize, rows: &[i32], d: usize, num: usize, f: &F, ahead: &P)
-where
-    F: Fn(usize, usize, &mut [f32]) + Sync,
-    P: Fn(usize) + Sync,
-{
-    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
-    let parts = if increasing && par::worth(rows.len() * d) { par::threads().min(rows.len()) } else { 1 };
-    update_rows_from(table, first, rows, 0, parts, d, num, f, ahead)
-}
-
-/// [`update_rows`] over `rows` (the rows `u0..` of the whole write, increasing when
-/// `parts` > 1) in `parts` stretches, one per thread, each prefetching its own rows.
-#[allow(clippy::too_many_arguments)]
-fn update_rows_from<F, P>(
-    table: &mut [f32],
-    first: usize,
-    rows: &[i32],
-    u0: usize,
-    parts: usize,
-    d: usize,
-    num: usize,
-    f: &F,
-    ahead: &P,
-) where
-    F: Fn(usize, usize, &mut [f32]) + Sync,
-    P: Fn(usize) + Sync,
-{
-    #[cfg(not(target_arch = "wasm32"))]
-    if parts > 1 && rows.len() >= 2 {
-        let lo_parts = parts / 2;
-        let half = rows.len() * lo_parts / parts;
-        // Rows from `rows[half]` on lie at or past this table row.
-        let split = (rows[half].max(0) as usize).clamp(first, first + table.len() / d);
-        let (lo, hi) = table.split_at_mut((split - first) * d);
-        rayon::join(
-            || update_rows_from(lo, first, &rows[..half], u0, lo_parts, d, num, f, ahead),
-            || update_rows_from(hi, split, &rows[half..], u0 + half, parts - lo_parts, d, num, f, ahead),
-        );
-        return;
-    }
-    let _ = parts;
-    const AHEAD: usize = 16;
-    let len = table.len();
-    let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
-    let at = |row: usize| -> Option<usize> { Some((row.checked_sub(first)?) * d).filter(|&a| a + d <= len) };
-    for (u, &row) in rows.iter().enumerate() {
-        if let Some(next) = rows.get(u + AHEAD).and_then(|&r| row_of(r)) {
-            if let Some(a) = at(next) {
-                memory::prefetch_run(table, a, d);
-            }
-            ahead(next);
-        }
-        if let Some((row, a)) = row_of(row).and_then(|r| Some((r, at(r)?))) {
-            f(u0 + u, row, &mut table[a..a + d]);
-        }
-    }
 }
 
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
@@ -364,7 +216,9 @@ fn kernel(
         KernelKind::Quantize => {
             let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
             let values = prog.run(ins[0].numel())?.into_f32();
-            Ok(HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values)))
+            let out = HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values));
+            memory::recycle(HostBuffer::F32(values));
+            Ok(out)
         }
         KernelKind::Segment => {
             let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
@@ -372,12 +226,16 @@ fn kernel(
             let values = prog.run(ins[0].numel())?.into_f32();
             let offsets =
                 Program::compile(&ins[1], false, is_leaf, buffer)?.run(ins[1].numel())?.to_f64(ins[1].numel());
-            Ok(reduce::segment(*op, &values, &offsets, ins[0].dims()[1]))
+            let out = reduce::segment(*op, &values, &offsets, ins[0].dims()[1]);
+            memory::recycle(HostBuffer::F32(values));
+            Ok(out)
         }
         KernelKind::TopK => {
             let Op::TopK { k } = root.op() else { unreachable!("top-k kernels root a top-k") };
             let values = Program::compile(&ins[0], false, is_leaf, buffer)?.run(ins[0].numel())?.into_f32();
-            Ok(reduce::topk(&values, ins[0].dims().last().copied().unwrap_or(1), *k))
+            let out = reduce::topk(&values, ins[0].dims().last().copied().unwrap_or(1), *k);
+            memory::recycle(HostBuffer::F32(values));
+            Ok(out)
         }
         KernelKind::Scatter => unreachable!("scatters run in place in `run`"),
         KernelKind::Matmul => {

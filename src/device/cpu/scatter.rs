@@ -1,0 +1,297 @@
+//! Row writes (`Op::ScatterRows`) on the CPU: each rewrites rows of its table in the
+//! table's own buffer. Consecutive writes over the same rows, of tables of the same
+//! shape, run as one pass: for each row, every write in turn. A sparse Adam step
+//! (both moments, then the weights reading them) so visits each scattered row of its
+//! three tables once, while the row is in cache, instead of once per write.
+
+use super::buffer::{CpuBuffer, HostBuffer};
+use super::{memory, par};
+use crate::device::Storage;
+use crate::graph::schedule::{buffer_source, ScheduledKernel};
+use crate::graph::{Op, RowRule};
+use crate::{Error, Result, Tensor};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// How many of `kernels` (the first a row write) run as one pass: the first, and each
+/// following row write with the same rows and table shape, a table of its own, that
+/// reads the group's tables only as an earlier write's result at the row it writes.
+pub(super) fn group_len(kernels: &[ScheduledKernel], materialised: &HashSet<u64>) -> usize {
+    let source = |t: &Tensor| buffer_source(t, materialised).unwrap_or_else(|| t.clone()).id();
+    let first = &kernels[0].root;
+    let (rows, dims) = (source(&first.node().inputs[1]), first.dims().to_vec());
+    let mut roots: Vec<u64> = Vec::new();
+    let mut tables: Vec<u64> = Vec::new();
+    for k in kernels {
+        let Op::ScatterRows { rule, .. } = *k.root.op() else { break };
+        let ins = &k.root.node().inputs;
+        let table = source(&ins[0]);
+        if source(&ins[1]) != rows || k.root.dims() != dims || tables.contains(&table) || roots.contains(&table) {
+            break;
+        }
+        let reads_ok = ins[2..].iter().enumerate().all(|(i, t)| {
+            let s = source(t);
+            !tables.contains(&s) && s != table && (!roots.contains(&s) || reads_by_row(rule, i))
+        });
+        if !reads_ok {
+            break;
+        }
+        roots.push(k.root.id());
+        tables.push(table);
+    }
+    roots.len().max(1)
+}
+
+/// Whether operand `i` (after `(table, rows)`) of a write under `rule` is read at the
+/// row written, not at the touched row's position.
+fn reads_by_row(rule: RowRule, i: usize) -> bool {
+    match rule {
+        RowRule::Step { num_rows } => (i == 0 && num_rows) || i == 1,
+        RowRule::Replace | RowRule::Accumulate { .. } => false,
+    }
+}
+
+/// Where a write reads an operand.
+enum Src<'a> {
+    /// A buffer of its own: `[U, D]` read at the touched row's position, or a table
+    /// read at the row.
+    Buf(&'a [f32]),
+    /// The table of the group's write `j` (earlier in the pass), at the row: its new
+    /// values.
+    Written(usize),
+}
+
+/// One write of a pass.
+struct Write<'a> {
+    rule: RowRule,
+    /// The gate: false leaves every row as it is.
+    open: bool,
+    ops: Vec<Src<'a>>,
+    h: [f32; 2],
+}
+
+impl Write<'_> {
+    /// Rewrite `dst`, row `row` (touched as the `u`-th), `done` the group's earlier
+    /// tables and `a` the row's offset in them.
+    fn apply(&self, u: usize, row: usize, d: usize, dst: &mut [f32], done: &[&mut [f32]], a: usize) {
+        let read = |k: usize| -> &[f32] {
+            match self.ops[k] {
+                Src::Buf(s) => {
+                    let i = if reads_by_row(self.rule, k) { row } else { u };
+                    &s[i * d..(i + 1) * d]
+                }
+                Src::Written(j) => &done[j][a..a + d],
+            }
+        };
+        match self.rule {
+            RowRule::Replace => dst.copy_from_slice(read(0)),
+            RowRule::Accumulate { square } => {
+                let [decay, scale] = self.h;
+                for (t, &g) in dst.iter_mut().zip(read(0)) {
+                    *t = decay * *t + scale * if square { g * g } else { g };
+                }
+            }
+            RowRule::Step { .. } => {
+                let [lr, eps] = self.h;
+                for ((t, &n), &s) in dst.iter_mut().zip(read(0)).zip(read(1)) {
+                    *t -= lr * n / (s.sqrt() + eps);
+                }
+            }
+        }
+    }
+}
+
+/// Run the row writes `group` (see [`group_len`]) in one pass when their rows are
+/// strictly increasing, else one after another. Each write's table buffer is taken
+/// from `produced` or its tensor, rewritten in place when nothing else holds it (else
+/// a copy), and given back to both the table and the result in `produced`.
+pub(super) fn run_group(
+    group: &[ScheduledKernel],
+    materialised: &HashSet<u64>,
+    produced: &mut HashMap<u64, Arc<CpuBuffer>>,
+) -> Result<()> {
+    let roots: Vec<&Tensor> = group.iter().map(|k| &k.root).collect();
+    let find = |t: &Tensor, produced: &HashMap<u64, Arc<CpuBuffer>>| -> Result<Arc<CpuBuffer>> {
+        let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
+        match (produced.get(&src.id()), src.storage()) {
+            (Some(b), _) => Ok(b.clone()),
+            (None, Some(Storage::Cpu(b))) => Ok(b),
+            _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
+        }
+    };
+    let rows_buf = find(&roots[0].node().inputs[1], produced)?;
+    let HostBuffer::I32(rows) = &**rows_buf else {
+        return Err(Error::Unsupported("cpu: row writes take i32 rows".into()));
+    };
+    if roots.len() > 1 && !rows.windows(2).all(|w| w[0] < w[1]) {
+        // A row written twice: each write must see the other's finished table.
+        return group.iter().try_for_each(|k| run_group(std::slice::from_ref(k), materialised, produced));
+    }
+    // Every operand's buffer is held before the tables are taken: one that is a table
+    // then keeps its old values, and the rows go to a copy.
+    let source = |t: &Tensor| buffer_source(t, materialised).unwrap_or_else(|| t.clone()).id();
+    let mut held: Vec<Vec<Option<Arc<CpuBuffer>>>> = Vec::new();
+    for root in &roots {
+        let ins = &root.node().inputs;
+        let mut ops = Vec::new();
+        for t in &ins[2..] {
+            let s = source(t);
+            ops.push(match roots.iter().position(|r| r.id() == s) {
+                Some(_) => None,
+                None => Some(find(t, produced)?),
+            });
+        }
+        held.push(ops);
+    }
+    let mut writes: Vec<Write> = Vec::new();
+    for (root, ops) in roots.iter().zip(&held) {
+        let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
+        let ins = &root.node().inputs;
+        let mut srcs = Vec::new();
+        for (t, b) in ins[2..].iter().zip(ops).take(rule.operands()) {
+            srcs.push(match values(b)? {
+                Some(v) => Src::Buf(v),
+                None => Src::Written(roots.iter().position(|r| r.id() == source(t)).unwrap_or(0)),
+            });
+        }
+        let h = match rule {
+            RowRule::Replace => [0.0; 2],
+            _ => match values(&ops[rule.operands() - 1])? {
+                Some(&[h0, h1, ..]) => [h0, h1],
+                _ => return Err(Error::Unsupported("cpu: a row write's hyperparameters".into())),
+            },
+        };
+        let open = !gated || values(&ops[rule.operands()])?.and_then(|g| g.first()).is_some_and(|&g| g != 0.0);
+        writes.push(Write { rule, open, ops: srcs, h });
+    }
+    // The tables' buffers, moved out of wherever they live so that they can be owned.
+    let mut owned: Vec<(Tensor, CpuBuffer, bool)> = Vec::new();
+    for root in &roots {
+        let table = &root.node().inputs[0];
+        let table = buffer_source(table, materialised).unwrap_or_else(|| table.clone());
+        let (buf, from_tensor) = match produced.remove(&table.id()) {
+            Some(b) => (b, false),
+            None => match table.take_storage() {
+                Some(Storage::Cpu(b)) => (b, true),
+                other => {
+                    if let Some(s) = other {
+                        table.set_storage(s);
+                    }
+                    owned.into_iter().for_each(|(t, b, from)| give_back(&t, Arc::new(b), from, produced));
+                    return Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", table.id())));
+                }
+            },
+        };
+        owned.push((table, Arc::try_unwrap(buf).unwrap_or_else(|shared| shared.duplicate()), from_tensor));
+    }
+    let (r, d) = (roots[0].dims()[0], roots[0].dims()[1].max(1));
+    let mut tables: Vec<&mut [f32]> = Vec::new();
+    let mut all_f32 = true;
+    for (_, b, _) in owned.iter_mut() {
+        match b.data_mut() {
+            HostBuffer::F32(t) if t.len() == r * d => tables.push(t.as_mut_slice()),
+            _ => all_f32 = false,
+        }
+    }
+    if all_f32 && writes.iter().any(|w| w.open) {
+        update_rows(&mut tables, 0, rows, d, r, &writes);
+    }
+    drop(tables);
+    drop(writes);
+    drop(held);
+    for ((table, b, from_tensor), root) in owned.into_iter().zip(&roots) {
+        let out = Arc::new(b);
+        give_back(&table, out.clone(), from_tensor, produced);
+        produced.insert(root.id(), out);
+    }
+    match all_f32 {
+        true => Ok(()),
+        false => Err(Error::Unsupported(format!("cpu: row writes take f32 [{r}, {d}] tables"))),
+    }
+}
+
+/// An operand's values (`None` for one of the group's tables).
+fn values(b: &Option<Arc<CpuBuffer>>) -> Result<Option<&[f32]>> {
+    match b.as_deref().map(|b| &**b) {
+        None => Ok(None),
+        Some(HostBuffer::F32(v)) => Ok(Some(v.as_slice())),
+        Some(_) => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
+    }
+}
+
+/// Give a table's buffer back to where it was taken from.
+fn give_back(table: &Tensor, b: Arc<CpuBuffer>, from_tensor: bool, produced: &mut HashMap<u64, Arc<CpuBuffer>>) {
+    if from_tensor {
+        table.set_storage(Storage::Cpu(b));
+    } else {
+        produced.insert(table.id(), b);
+    }
+}
+
+/// Apply `writes` to row `rows[u]` of their `tables` for every row in range (each
+/// table holds rows `first..` of `d` values, `num` rows in the whole table; for one
+/// write, a later duplicate wins). Each row is prefetched a few rows ahead in every
+/// table and every operand read by row; rows in strictly increasing order (what sparse
+/// optimisers write) are split across threads, each part of the rows writing its own
+/// part of the tables.
+fn update_rows(tables: &mut [&mut [f32]], first: usize, rows: &[i32], d: usize, num: usize, writes: &[Write]) {
+    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
+    let parts =
+        if increasing && par::worth(rows.len() * d * tables.len()) { par::threads().min(rows.len()) } else { 1 };
+    update_rows_from(tables, first, rows, 0, parts, d, num, writes)
+}
+
+/// [`update_rows`] over `rows` (the rows `u0..` of the whole write, increasing when
+/// `parts` > 1) in `parts` stretches, one per thread, each prefetching its own rows.
+#[allow(clippy::too_many_arguments)]
+fn update_rows_from(
+    tables: &mut [&mut [f32]],
+    first: usize,
+    rows: &[i32],
+    u0: usize,
+    parts: usize,
+    d: usize,
+    num: usize,
+    writes: &[Write],
+) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if parts > 1 && rows.len() >= 2 {
+        let lo_parts = parts / 2;
+        let half = rows.len() * lo_parts / parts;
+        let held = tables.first().map_or(0, |t| t.len() / d);
+        // Rows from `rows[half]` on lie at or past this table row.
+        let split = (rows[half].max(0) as usize).clamp(first, first + held);
+        let (mut lo, mut hi): (Vec<&mut [f32]>, Vec<&mut [f32]>) =
+            tables.iter_mut().map(|t| t.split_at_mut((split - first) * d)).unzip();
+        rayon::join(
+            || update_rows_from(&mut lo, first, &rows[..half], u0, lo_parts, d, num, writes),
+            || update_rows_from(&mut hi, split, &rows[half..], u0 + half, parts - lo_parts, d, num, writes),
+        );
+        return;
+    }
+    let _ = parts;
+    const AHEAD: usize = 16;
+    let len = tables.first().map_or(0, |t| t.len());
+    let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
+    let at = |row: usize| -> Option<usize> { Some((row.checked_sub(first)?) * d).filter(|&a| a + d <= len) };
+    for (u, &row) in rows.iter().enumerate() {
+        if let Some(next) = rows.get(u + AHEAD).and_then(|&r| row_of(r)) {
+            if let Some(a) = at(next) {
+                tables.iter().for_each(|t| memory::prefetch_run(t, a, d));
+            }
+            for w in writes.iter().filter(|w| w.open) {
+                for (k, src) in w.ops.iter().enumerate() {
+                    if let (Src::Buf(s), true) = (src, reads_by_row(w.rule, k)) {
+                        memory::prefetch_run(s, next * d, d);
+                    }
+                }
+            }
+        }
+        if let Some((row, a)) = row_of(row).and_then(|r| Some((r, at(r)?))) {
+            for (i, w) in writes.iter().enumerate().filter(|(_, w)| w.open) {
+                let (done, rest) = tables.split_at_mut(i);
+                w.apply(u0 + u, row, d, &mut rest[0][a..a + d], done, a);
+            }
+        }
+    }
+}
