@@ -586,6 +586,8 @@ fn matmul_epilogues_are_fused_into_the_product() {
         let lin = x.matmul(&w.t()) + &b;
         assert_eq!(kernels(&[lin.gelu()]), 1, "Linear + GELU on {d}");
         assert_eq!(kernels(&[(x.matmul(&w.t()) + &b + &r).relu()]), 1, "bias + residual + ReLU on {d}");
+        let heads = (x.matmul(&w.t()) + &b).reshape([2, 12, 5, 8]).permute(&[0, 2, 1, 3]);
+        assert_eq!(kernels(&[heads]), 1, "bias + head split on {d}");
         let p = x.matmul(&w.t());
         assert_eq!(kernels(&[p.clone(), p.relu()]), 2, "a requested product keeps its kernel on {d}");
         // Two readers of one product: the product, then both readers in one kernel.

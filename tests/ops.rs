@@ -602,7 +602,18 @@ fn matmul_shapes() {
         let kern = rand_t(&[4, 3, 3, 3], 33, -1.0, 1.0, d);
         let kb = rand_t(&[4], 34, -1.0, 1.0, d);
         let shared = x2.matmul(&w2);
+        // Head splits under the epilogue: a projection's bias add, reshaped and permuted
+        // ([b, s, h] -> [b, heads, s, d]), stored where the permute sends each element.
+        let xs = rand_t(&[2, 7, 24], 37, -1.0, 1.0, d);
+        let wq = rand_t(&[24, 24], 38, -1.0, 1.0, d);
+        let bq = rand_t(&[24], 39, -1.0, 1.0, d);
+        let heads = (xs.matmul(&wq.t()) + &bq).reshape([2, 7, 4, 6]).permute(&[0, 2, 1, 3]);
         vec![
+            heads,
+            lin.reshape([5, 7, 10]).permute(&[1, 0, 2]),
+            (x2.matmul(&w2) + &b2).gelu().t(),
+            (&thin * 2.0).reshape([19, 11, 1]).permute(&[2, 1, 0]),
+            img.conv2d(&kern, Some(&kb), tessera::ops::nn::Conv2dOptions::new(1, 1)).permute(&[0, 2, 3, 1]),
             lin.gelu(),
             (&lin + &r).relu(),
             (x2.matmul(&w2) + &b2).silu(),

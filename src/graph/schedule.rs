@@ -318,11 +318,30 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     Schedule { kernels: scatters_last(kernels, &mat), materialised: mat }
 }
 
+/// The node under a kernel root that is a chain of reshapes and permutes holding at
+/// least one permute (a head split, `[b, s, h] -> [b, heads, s, d]`), with as many
+/// elements: an epilogue is evaluated at the product's index below the chain and
+/// stored where the chain puts that element ([`epilogue_store_index`]
+/// (crate::kernels::matmul) on the GPU). `None` for any other root.
+pub fn permuted_base(root: &Tensor) -> Option<Tensor> {
+    let mut t = root.clone();
+    let mut permuted = false;
+    while matches!(t.op(), Op::Reshape | Op::Permute { .. }) {
+        permuted |= matches!(t.op(), Op::Permute { .. });
+        let next = t.node().inputs[0].clone();
+        t = next;
+    }
+    (permuted && t.numel() == root.numel()).then_some(t)
+}
+
 /// Matmul epilogues: an element-wise kernel that reads a matmul's product only at its
 /// own index, through element-wise ops and reshapes (a bias add, an activation, a
 /// residual add, a cast), is fused into the product's store, where nothing else reads
 /// the product: the matmul kernel then materialises the expression and the product
-/// gets no buffer (`Linear` then GELU is one kernel). Where the expression holds a
+/// gets no buffer (`Linear` then GELU is one kernel). Under reshapes and permutes
+/// ([`permuted_base`]: a projection's bias add then its head split), the expression
+/// below them is what must read the product at its own index, and the store puts each
+/// element where the permutes send it. Where the expression holds a
 /// data-dependent gather or a quantised leaf, its output is f16 without `f16_out`
 /// (a kernel storing single packed halves would race) or any other dtype than f32,
 /// the product is a target, or a tensor exceeds one binding of `max_binding` bytes
@@ -360,11 +379,14 @@ pub fn fuse_epilogues(s: &mut Schedule, targets: &[Tensor], max_inputs: usize, m
             continue;
         }
         // E's group: its nodes, the buffers it reads, and the nodes read at E's own
-        // index (element-wise ops and reshapes, reached from E through such ops only).
-        // A buffer also read through a movement op (at another index) is `off_path`.
+        // index (element-wise ops and reshapes, reached from E through such ops only;
+        // under a head split, from its base). A buffer also read through a movement op
+        // (at another index) is `off_path`.
         let (mut group, mut pure, mut leaves, mut off_path) =
             (HashSet::new(), HashSet::new(), Vec::new(), HashSet::new());
-        let mut stack = vec![(e.clone(), true)];
+        let base = permuted_base(e).filter(|b| !b.is_realized() && !s.materialised.contains(&b.id()));
+        let mut stack = vec![(e.clone(), base.is_none())];
+        let base_id = base.as_ref().map(|b| b.id());
         let mut clean = true;
         while let Some((t, on_path)) = stack.pop() {
             let buffer = t.id() != e.id() && (t.is_realized() || s.materialised.contains(&t.id()));
@@ -378,6 +400,7 @@ pub fn fuse_epilogues(s: &mut Schedule, targets: &[Tensor], max_inputs: usize, m
                 continue;
             }
             // Element-wise ops and reshapes keep the linear index.
+            let on_path = on_path || Some(t.id()) == base_id;
             let elementwise = matches!(t.op(), Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast | Op::Reshape);
             let here = on_path && elementwise && t.numel() == e.numel();
             if here {

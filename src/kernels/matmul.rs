@@ -5,6 +5,8 @@
 
 use super::codegen::{Gen, Ix, MetaPatch};
 use super::{compute_type, header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
+use crate::graph::schedule::permuted_base;
+use crate::graph::Op;
 use crate::{DType, Error, Result, Tensor};
 
 /// An element-wise expression over a product, fused into the product's store (see
@@ -43,14 +45,11 @@ fn store(prod: &Tensor, epi: Option<&Epilogue>, meta: &mut Vec<u32>, base: u32, 
         g.slot(w);
     }
     g.binding_base = base;
-    g.value_leaf = Some((prod.id(), "acc".into()));
-    let v = g.eval(e.root, &Ix::lin("i"), true);
-    epilogue_checked(&g, e.root)?;
-    let body = g.take_function();
+    let fns = epilogue_fns(&mut g, e.root, prod, caps)?;
     let dt = e.root.dtype();
     let mut src = g.leaf_decls();
     src.push_str(&g.support(base + g.leaves.len() as u32));
-    src.push_str(&epilogue_fns(&body, &v, dt, caps));
+    src.push_str(&fns);
     *meta = g.meta.clone();
     Ok(Store {
         src,
@@ -74,13 +73,50 @@ fn epilogue_checked(g: &Gen, root: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `epilogue(i, acc)` and the `store_c` that applies it.
-fn epilogue_fns(body: &str, v: &str, dt: DType, caps: &ShaderCaps) -> String {
-    format!(
-        "fn epilogue(i: u32, acc: f32) -> {} {{\n{body}    return {v};\n}}\nfn store_c(i: u32, v: f32) {{\n    out[i] = {}(epilogue(i, v));\n}}\n",
-        compute_type(dt),
-        storage_type(dt, caps)
-    )
+/// `epilogue(i, acc)`, the expression over product `prod` at its element `i` with the
+/// accumulator in place of the product, and the `store_c` that applies it. Under a
+/// head split ([`permuted_base`]) the expression is its base's, and `store_c` puts the
+/// element where the permutes send it (`dst(i)`).
+fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps) -> Result<String> {
+    g.value_leaf = Some((prod.id(), "acc".into()));
+    let base = permuted_base(root);
+    let v = g.eval(base.as_ref().unwrap_or(root), &Ix::lin("i"), true);
+    epilogue_checked(g, root)?;
+    let body = g.take_function();
+    let (dt, ty) = (root.dtype(), storage_type(root.dtype(), caps));
+    let mut src = format!("fn epilogue(i: u32, acc: f32) -> {} {{\n{body}    return {v};\n}}\n", compute_type(dt));
+    match base {
+        None => src.push_str(&format!("fn store_c(i: u32, v: f32) {{\n    out[i] = {ty}(epilogue(i, v));\n}}\n")),
+        Some(b) => {
+            let d = store_index(g, root, &b);
+            let body = g.take_function();
+            src.push_str(&format!("fn dst(i: u32) -> u32 {{\n{body}    return {d};\n}}\n"));
+            src.push_str(&format!("fn store_c(i: u32, v: f32) {{\n    out[dst(i)] = {ty}(epilogue(i, v));\n}}\n"));
+        }
+    }
+    Ok(src)
+}
+
+/// Where `root` (reshapes and permutes over `base`) holds `base`'s element `i`: its
+/// linear index, followed up the chain (a reshape keeps it, a permute moves the
+/// coordinates), with every shape from meta slots so one shader serves all sizes.
+fn store_index(g: &mut Gen, root: &Tensor, base: &Tensor) -> String {
+    let mut chain = Vec::new();
+    let mut t = root.clone();
+    while t.id() != base.id() {
+        chain.push(t.clone());
+        let next = t.node().inputs[0].clone();
+        t = next;
+    }
+    let mut lin = "i".to_string();
+    for node in chain.iter().rev() {
+        if let Op::Permute { perm } = node.op() {
+            let c = g.coords(&Ix::lin(lin.clone()), &node.node().inputs[0]);
+            let moved: Vec<String> = perm.iter().map(|&p| c[p].clone()).collect();
+            lin = g.linear(&Ix::coords(moved), node);
+        }
+    }
+    lin
 }
 
 /// The per-adapter choice of matmul kernel: the direct (barrier-free) kernel on CPU
@@ -328,11 +364,7 @@ pub fn render_in_place(
     let (out, mut label_epi, operand_ops) = (epi.map_or(root, |e| e.root), String::new(), g.ops.len());
     match epi {
         Some(e) => {
-            g.value_leaf = Some((root.id(), "acc".into()));
-            let v = g.eval(e.root, &Ix::lin("i"), true);
-            epilogue_checked(&g, e.root)?;
-            let body = g.take_function();
-            loads.push_str(&epilogue_fns(&body, &v, out.dtype(), caps));
+            loads.push_str(&epilogue_fns(&mut g, e.root, root, caps)?);
             label_epi = format!("_epi({})", g.ops[operand_ops..].join(","));
         }
         None => loads.push_str("fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n"),
