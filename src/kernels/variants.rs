@@ -195,6 +195,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
         p8.matmul(&q16.t()).cast(DType::F16),
         (p.matmul(&q.t()) * 2.0).tanh(),
         (Tensor::rand([2, 64], 12, &d).matmul(&Tensor::rand([5, 64], 13, &d).t()) + 1.0).relu(),
+        // A head split under the epilogue: stored where the permute sends each element.
+        (p8.matmul(&q16.t()) + &Tensor::rand([16], 23, &d)).reshape([2, 4, 4, 4]).permute(&[0, 2, 1, 3]),
     ]);
     // Convolution windows and their adjoint.
     let img = Tensor::rand([2, 3, 7, 6], 9, &d);
@@ -373,6 +375,8 @@ mod tests {
             assert!(multi || caps.max_binding == 0, "multi-output kernels are covered");
             let epi = specs.iter().any(|s| s.label.contains("_epi("));
             assert!(epi || caps.max_binding == 0, "matmul epilogues are covered");
+            let split = specs.iter().any(|s| s.label.contains("_epi(") && s.source.contains("fn dst("));
+            assert!(split || caps.max_binding == 0, "epilogues under a head split are covered");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
