@@ -1,6 +1,6 @@
 //! Property tests: broadcasting and reshape rules on the reference, random shapes (1,
 //! odd sizes, sizes just past a tile) through fused kernels on every GPU device, and
-//! random products and convolutions on every matmul kernel family.
+//! random products, head-split epilogues and convolutions on every matmul kernel family.
 
 mod common;
 use common::{assert_close, devices, rand_t, Tol};
@@ -161,6 +161,52 @@ proptest! {
             let got = tessera::read_all_blocking(&build(d)).unwrap();
             let what = format!("{m}x{n}x{k} ta={ta} tb={tb} batch={batch:?} f16={f16} on {:?}", d.matmul_config());
             assert_close(&what, &got[0], &want[0], tol);
+        }
+    }
+}
+
+/// The 24 orders of four axes.
+fn perms4() -> Vec<[usize; 4]> {
+    let mut out = Vec::new();
+    for a in 0..4 {
+        for b in (0..4).filter(|&b| b != a) {
+            for c in (0..4).filter(|&c| c != a && c != b) {
+                out.push([a, b, c, 6 - a - b - c]);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A projection's epilogue under a head split (`[b, s, heads * d]` reshaped to
+    /// `[b, s, heads, d]`, then any order of the four axes), on every matmul kernel
+    /// family: the kernel stores each element where the permute sends it.
+    #[test]
+    fn random_head_split_epilogues_match_on_every_kernel(
+        (b, s, k) in (1usize..=3, mm_dim(), mm_dim()),
+        (heads, hd) in (prop_oneof![Just(1usize), Just(2), Just(3), Just(4)], prop_oneof![Just(1usize), Just(4), Just(5), Just(8)]),
+        perm in 0usize..24,
+        gelu in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let perm = perms4()[perm];
+        let build = |d: &Device| {
+            let x = rand_t(&[b, s, k], seed, -1.0, 1.0, d);
+            let w = rand_t(&[heads * hd, k], seed + 1, -1.0, 1.0, d);
+            let bias = rand_t(&[heads * hd], seed + 2, -1.0, 1.0, d);
+            let y = x.matmul(&w.t()) + &bias;
+            let y = if gelu { y.gelu() } else { y };
+            vec![y.reshape([b, s, heads, hd]).permute(&perm)]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        for d in matmul_devices() {
+            common::record(d);
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            let what = format!("[{b}, {s}, {heads}x{hd}] k={k} perm={perm:?} gelu={gelu} on {:?}", d.matmul_config());
+            assert_close(&what, &got[0], &want[0], Tol::for_dtype(DType::F32).scaled(k));
         }
     }
 }
