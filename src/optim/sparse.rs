@@ -51,7 +51,8 @@ impl Optimizer for SparseAdam {
             let (slot, rows) = target(slots, g)?;
             let p = slot.tensor.clone();
             let (m0, v0) = a.moments.get(&slot.name).cloned().unwrap_or_else(|| (p.zeros_like(), p.zeros_like()));
-            // Three passes over the rows, each rewriting one table in place.
+            // Three row writes in place, one per table (one pass over the rows on the
+            // CPU backend, which runs writes over the same rows together).
             let m = m0.accumulate_rows(&rows, &g.values, false, [b1, 1.0 - b1], apply);
             let v = v0.accumulate_rows(&rows, &g.values, true, [b2, 1.0 - b2], apply);
             *slot.tensor = p.step_rows(&rows, &m, true, &v, [step_size, a.eps], apply);
