@@ -321,8 +321,8 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
 /// The node under a kernel root that is a chain of reshapes and permutes holding at
 /// least one permute (a head split, `[b, s, h] -> [b, heads, s, d]`), with as many
 /// elements: an epilogue is evaluated at the product's index below the chain and
-/// stored where the chain puts that element ([`epilogue_store_index`]
-/// (crate::kernels::matmul) on the GPU). `None` for any other root.
+/// stored where the chain puts that element (the matmul shaders' `dst(i)` on the
+/// GPU). `None` for any other root.
 pub fn permuted_base(root: &Tensor) -> Option<Tensor> {
     let mut t = root.clone();
     let mut permuted = false;
