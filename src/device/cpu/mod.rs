@@ -115,16 +115,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         // The kernel's outputs: its root's, then its siblings' (a multi-output kernel).
         let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
         let outs = {
-            let buffer = |t: &Tensor| -> Result<Arc<CpuBuffer>> {
-                let src = buffer_source(t, &sched.materialised).unwrap_or_else(|| t.clone());
-                if let Some(b) = produced.get(&src.id()) {
-                    return Ok(b.clone());
-                }
-                match src.storage() {
-                    Some(Storage::Cpu(b)) => Ok(b),
-                    _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
-                }
-            };
+            let buffer = |t: &Tensor| buffer_of(t, &sched.materialised, &produced);
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
             let outs = if k.siblings.is_empty() {
@@ -168,6 +159,21 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
     }
     Ok((n_read > 0).then_some(out))
+}
+
+/// The buffer holding `t`'s values: computed in this realisation (`produced`) or the
+/// storage of a realised tensor.
+fn buffer_of(
+    t: &Tensor,
+    materialised: &std::collections::HashSet<u64>,
+    produced: &HashMap<u64, Arc<CpuBuffer>>,
+) -> Result<Arc<CpuBuffer>> {
+    let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
+    match (produced.get(&src.id()), src.storage()) {
+        (Some(b), _) => Ok(b.clone()),
+        (None, Some(Storage::Cpu(b))) => Ok(b),
+        _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
+    }
 }
 
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget

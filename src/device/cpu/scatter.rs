@@ -5,7 +5,7 @@
 //! three tables once, while the row is in cache, instead of once per write.
 
 use super::buffer::{CpuBuffer, HostBuffer};
-use super::{memory, par};
+use super::{buffer_of, memory, par};
 use crate::device::Storage;
 use crate::graph::schedule::{buffer_source, ScheduledKernel};
 use crate::graph::{Op, RowRule};
@@ -111,15 +111,7 @@ pub(super) fn run_group(
     produced: &mut HashMap<u64, Arc<CpuBuffer>>,
 ) -> Result<()> {
     let roots: Vec<&Tensor> = group.iter().map(|k| &k.root).collect();
-    let find = |t: &Tensor, produced: &HashMap<u64, Arc<CpuBuffer>>| -> Result<Arc<CpuBuffer>> {
-        let src = buffer_source(t, materialised).unwrap_or_else(|| t.clone());
-        match (produced.get(&src.id()), src.storage()) {
-            (Some(b), _) => Ok(b.clone()),
-            (None, Some(Storage::Cpu(b))) => Ok(b),
-            _ => Err(Error::Unsupported(format!("cpu: tensor {} has no CPU buffer", src.id()))),
-        }
-    };
-    let rows_buf = find(&roots[0].node().inputs[1], produced)?;
+    let rows_buf = buffer_of(&roots[0].node().inputs[1], materialised, produced)?;
     let HostBuffer::I32(rows) = &**rows_buf else {
         return Err(Error::Unsupported("cpu: row writes take i32 rows".into()));
     };
@@ -128,17 +120,16 @@ pub(super) fn run_group(
         return group.iter().try_for_each(|k| run_group(std::slice::from_ref(k), materialised, produced));
     }
     // Every operand's buffer is held before the tables are taken: one that is a table
-    // then keeps its old values, and the rows go to a copy.
+    // then keeps its old values, and the rows go to a copy. An operand that is an
+    // earlier write of the group is read from that write's table instead.
     let source = |t: &Tensor| buffer_source(t, materialised).unwrap_or_else(|| t.clone()).id();
-    let mut held: Vec<Vec<Option<Arc<CpuBuffer>>>> = Vec::new();
+    let mut held: Vec<Vec<Held>> = Vec::new();
     for root in &roots {
-        let ins = &root.node().inputs;
         let mut ops = Vec::new();
-        for t in &ins[2..] {
-            let s = source(t);
-            ops.push(match roots.iter().position(|r| r.id() == s) {
-                Some(_) => None,
-                None => Some(find(t, produced)?),
+        for t in &root.node().inputs[2..] {
+            ops.push(match roots.iter().position(|r| r.id() == source(t)) {
+                Some(j) => Held::Written(j),
+                None => Held::Buf(buffer_of(t, materialised, produced)?),
             });
         }
         held.push(ops);
@@ -146,22 +137,15 @@ pub(super) fn run_group(
     let mut writes: Vec<Write> = Vec::new();
     for (root, ops) in roots.iter().zip(&held) {
         let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
-        let ins = &root.node().inputs;
-        let mut srcs = Vec::new();
-        for (t, b) in ins[2..].iter().zip(ops).take(rule.operands()) {
-            srcs.push(match values(b)? {
-                Some(v) => Src::Buf(v),
-                None => Src::Written(roots.iter().position(|r| r.id() == source(t)).unwrap_or(0)),
-            });
-        }
+        let srcs = ops[..rule.operands()].iter().map(Held::src).collect::<Result<Vec<_>>>()?;
         let h = match rule {
             RowRule::Replace => [0.0; 2],
-            _ => match values(&ops[rule.operands() - 1])? {
-                Some(&[h0, h1, ..]) => [h0, h1],
+            _ => match ops[rule.operands() - 1].src()? {
+                Src::Buf(&[h0, h1, ..]) => [h0, h1],
                 _ => return Err(Error::Unsupported("cpu: a row write's hyperparameters".into())),
             },
         };
-        let open = !gated || values(&ops[rule.operands()])?.and_then(|g| g.first()).is_some_and(|&g| g != 0.0);
+        let open = !gated || matches!(ops[rule.operands()].src()?, Src::Buf(&[g, ..]) if g != 0.0);
         writes.push(Write { rule, open, ops: srcs, h });
     }
     // The tables' buffers, moved out of wherever they live so that they can be owned.
@@ -210,12 +194,23 @@ pub(super) fn run_group(
     }
 }
 
-/// An operand's values (`None` for one of the group's tables).
-fn values(b: &Option<Arc<CpuBuffer>>) -> Result<Option<&[f32]>> {
-    match b.as_deref().map(|b| &**b) {
-        None => Ok(None),
-        Some(HostBuffer::F32(v)) => Ok(Some(v.as_slice())),
-        Some(_) => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
+/// An operand of a write, held for the pass: a buffer of its own, or the table of the
+/// group's write `j`.
+enum Held {
+    Buf(Arc<CpuBuffer>),
+    Written(usize),
+}
+
+impl Held {
+    /// Where the write reads it.
+    fn src(&self) -> Result<Src<'_>> {
+        match self {
+            Held::Written(j) => Ok(Src::Written(*j)),
+            Held::Buf(b) => match &***b {
+                HostBuffer::F32(v) => Ok(Src::Buf(v.as_slice())),
+                _ => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
+            },
+        }
     }
 }
 
