@@ -123,13 +123,49 @@ fn run() -> Result<(), String> {
         cache: None,
     });
     let layout = pipeline.get_bind_group_layout(0);
+    // `--tex-a W` / `--tex-out W`: A read from, or C written to, an rgba32float texture W
+    // texels wide, staged by a copy inside every timed run.
+    let tex = |w: u32, len: usize, usage: wgpu::TextureUsages| {
+        let h = (len / 4) as u32 / w.max(1);
+        let t = device.create_texture(&wgpu::TextureDescriptor {
+            label: None,
+            size: wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Float,
+            usage,
+            view_formats: &[],
+        });
+        let v = t.create_view(&Default::default());
+        (t, v, w, h)
+    };
+    let tex_a = num("--tex-a", "0")?;
+    let tex_out = num("--tex-out", "0")?;
+    let ta =
+        (tex_a > 0).then(|| tex(tex_a, a.len(), wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST));
+    let tc = (tex_out > 0).then(|| {
+        tex(tex_out, cbytes as usize / 4, wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_SRC)
+    });
     let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &layout,
         entries: &[
             wgpu::BindGroupEntry { binding: 0, resource: pbuf.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: cbuf.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: abuf.as_entire_binding() },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: match &tc {
+                    Some(t) => wgpu::BindingResource::TextureView(&t.1),
+                    None => cbuf.as_entire_binding(),
+                },
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: match &ta {
+                    Some(t) => wgpu::BindingResource::TextureView(&t.1),
+                    None => abuf.as_entire_binding(),
+                },
+            },
             wgpu::BindGroupEntry { binding: 3, resource: bbuf.as_entire_binding() },
         ],
     });
@@ -139,11 +175,39 @@ fn run() -> Result<(), String> {
     };
     let run = |copy: bool| {
         let mut enc = device.create_command_encoder(&Default::default());
+        if let Some((t, _, w, h)) = &ta {
+            enc.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: &abuf,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: 0,
+                        bytes_per_row: Some(w * 16),
+                        rows_per_image: None,
+                    },
+                },
+                t.as_image_copy(),
+                wgpu::Extent3d { width: *w, height: *h, depth_or_array_layers: 1 },
+            );
+        }
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+        if let Some((t, _, w, h)) = &tc {
+            enc.copy_texture_to_buffer(
+                t.as_image_copy(),
+                wgpu::TexelCopyBufferInfo {
+                    buffer: &cbuf,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: 0,
+                        bytes_per_row: Some(w * 16),
+                        rows_per_image: None,
+                    },
+                },
+                wgpu::Extent3d { width: *w, height: *h, depth_or_array_layers: 1 },
+            );
         }
         if copy {
             enc.copy_buffer_to_buffer(&cbuf, 0, &read, 0, cbytes);
