@@ -298,6 +298,10 @@ fn softmax_family() {
             odd.log_softmax(1),
             (x.exp() * 0.5).softmax(0),
             x.cast(DType::F16).softmax(-1),
+            // Rows of a multiple of 4 (quads on CPU adapters): f16 in, and fewer rows
+            // than a workgroup.
+            many.narrow(2, 0, 128).cast(DType::F16).softmax(-1),
+            rand_t(&[5, 8], 19, -5.0, 5.0, d).log_softmax(-1),
             Tensor::zeros([3, 0], DType::F32, d).softmax(1),
         ]
     });
@@ -320,6 +324,13 @@ fn norms_match_the_reference() {
             short.layer_norm(Some(&rand_t(&[1, 7], 15, 0.5, 1.5, d)), None, 1e-5),
             rand_t(&[4, 1], 16, -1.0, 1.0, d).layer_norm(None, None, 1e-5),
         ]
+    });
+    // f16 rows of a multiple of 4 (quads on CPU adapters), fewer than a workgroup.
+    check("norms in f16", |d| {
+        let x = rand_t(&[3, 2, 24], 17, -3.0, 3.0, d).cast(DType::F16);
+        let w = rand_t(&[24], 18, 0.5, 1.5, d).cast(DType::F16);
+        let b = rand_t(&[24], 19, -0.5, 0.5, d).cast(DType::F16);
+        vec![x.layer_norm(Some(&w), Some(&b), 1e-5), x.rms_norm(None, 1e-6), x.layer_norm(None, Some(&b), 1e-5)]
     });
 }
 

@@ -34,23 +34,14 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let out_dt = root.dtype();
     let uses_f16 = inputs.iter().any(|i| i.dtype() == DType::F16) || out_dt == DType::F16;
     let mut src = header(meta.len(), out_dt, uses_f16, caps);
-    // 4-aligned rows load 4 values at a time: an f32 vec4, or f16 as two packed u32s
-    // (a storage access costs per component on lavapipe, so four f16 loads cost twice
-    // two u32s); otherwise four guarded scalar loads.
+    // 4-aligned f32 or f16 rows load a quad at a time (`quad_input`); otherwise four
+    // guarded scalar loads.
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
         if vec && k < 3 {
-            let (elem, load) = match t.dtype() {
-                DType::F16 => (
-                    "vec2<u32>",
-                    format!("let w = in{k}[(base >> 2u) + c];\n    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
-                ),
-                _ => ("vec4<f32>", format!("return in{k}[(base >> 2u) + c];")),
-            };
+            src.push_str(&super::quad_input(k, t.dtype()));
             src.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\n\
-                 fn ld_{name}4(base: u32, c: u32) -> vec4<f32> {{\n    {load}\n}}\n",
-                2 + k
+                "fn ld_{name}4(base: u32, c: u32) -> vec4<f32> {{ return ld{k}q((base >> 2u) + c); }}\n"
             ));
             continue;
         }

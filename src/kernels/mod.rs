@@ -40,7 +40,9 @@ pub mod sources {
     pub const ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl"));
     pub const NORM: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));
     pub const NORM_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows.wgsl"));
+    pub const NORM_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows_vec4.wgsl"));
     pub const SOFTMAX_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows.wgsl"));
+    pub const SOFTMAX_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows_vec4.wgsl"));
     pub const SOFTMAX: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl"));
     pub const GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv.wgsl"));
     pub const MATMUL_BATCH: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_batch.wgsl"));
@@ -385,6 +387,24 @@ pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
         s.push_str(&load_fn(&format!("ld{k}"), &format!("in{k}"), t.dtype(), caps, None));
     }
     s
+}
+
+/// Input `k` (binding `2 + k`, f32 or f16) read 4 values at a time: the binding as
+/// quads (`vec4<f32>`, or f16 pairs packed in `vec2<u32>`) and `fn ld{k}q(q: u32) ->
+/// vec4<f32>`, values `4q .. 4q + 3`. On lavapipe each storage access runs as a loop
+/// over the SIMD lanes, whose cost per lane a quad shares among its 4 values.
+pub(crate) fn quad_input(k: usize, dtype: DType) -> String {
+    let (elem, body) = match dtype {
+        DType::F16 => (
+            "vec2<u32>",
+            format!("let w = in{k}[q];\n    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
+        ),
+        _ => ("vec4<f32>", format!("return in{k}[q];")),
+    };
+    format!(
+        "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\nfn ld{k}q(q: u32) -> vec4<f32> {{\n    {body}\n}}\n",
+        2 + k
+    )
 }
 
 /// Binding declaration for input `k` (binding `2 + k`).

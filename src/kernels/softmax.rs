@@ -3,7 +3,7 @@
 //! adapters (the direct-matmul choice) one invocation per row instead, without barriers
 //! (`shaders/softmax_rows.wgsl`).
 
-use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
+use super::{fold_groups, header, header_with_out, quad_input, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
 use crate::{Result, Tensor};
 
@@ -23,19 +23,33 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let rows = root.numel().checked_div(a).unwrap_or(0);
     let meta = vec![a as u32, inner as u32, rows as u32];
     let f16_in = inputs.iter().any(|t| t.dtype() == crate::DType::F16);
-    let mut src = header(meta.len(), root.dtype(), f16_in, caps);
-    src.push_str(&super::input_loads(&inputs, caps));
     // Measured on lavapipe (ms, workgroup per row -> invocation per row): 1536x128
     // 6.1 -> 1.9, 6144x512 38.9 -> 15.6, 512x256 2.5 -> 0.6. (Short rows once looked
     // slow and erratic with this kernel: lavapipe recompiled it at every dispatch with
     // the row length inlined, which the header's `m` now prevents.)
     let per_row = caps.direct_matmul && std::env::var("TESSERA_SOFTMAX_ROWS").as_deref() != Ok("0");
+    // Contiguous rows of a multiple of 4 values go a quad at a time (lavapipe: 1024 rows
+    // of 1024, 8.9 -> X ms).
+    let quads = per_row && inner == 1 && a % 4 == 0;
+    let mut src = if quads {
+        header_with_out(meta.len(), "vec4<f32>", f16_in, caps) + &quad_input(0, inputs[0].dtype())
+    } else {
+        header(meta.len(), root.dtype(), f16_in, caps) + &super::input_loads(&inputs, caps)
+    };
     let lanes = if per_row { ROWS_PER_GROUP } else { RW };
     src.push_str(&format!("const RW: u32 = {lanes}u;\nconst LOG: bool = {log};\n"));
     src.push_str(sources::COMMON);
-    src.push_str(if per_row { sources::SOFTMAX_ROWS } else { sources::SOFTMAX });
+    src.push_str(match (per_row, quads) {
+        (true, true) => sources::SOFTMAX_ROWS_VEC4,
+        (true, false) => sources::SOFTMAX_ROWS,
+        _ => sources::SOFTMAX,
+    });
     let label = if log { "log_softmax" } else { "softmax" }.to_string();
-    let label = if per_row { format!("{label}_rows") } else { label };
+    let label = match (per_row, quads) {
+        (true, true) => format!("{label}_rows4"),
+        (true, false) => format!("{label}_rows"),
+        _ => label,
+    };
     let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
