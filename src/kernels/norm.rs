@@ -19,7 +19,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     // ROWS_PER_GROUP rows to a workgroup; elsewhere a workgroup of RW lanes per row.
     let per_row = caps.direct_matmul && std::env::var("TESSERA_NORM_ROWS").as_deref() != Ok("0");
     // Rows of a multiple of 4 values go a quad at a time (`norm_rows_vec4.wgsl`;
-    // lavapipe, 1024 rows of 1024: 7.5 -> X ms).
+    // lavapipe, layer norm over 1024 rows of 1024, two interleaved runs: 7.5 and 6.5 ->
+    // 3.4 and 3.9 ms).
     let quads = per_row && d % 4 == 0;
     let (mut src, q) = if quads {
         let loads: String = inputs.iter().enumerate().map(|(k, t)| quad_input(k, t.dtype())).collect();

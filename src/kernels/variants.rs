@@ -166,6 +166,15 @@ pub fn covering_graphs() -> Vec<Tensor> {
     }
     out.push(m.sum_all());
     out.extend([f.softmax(-1), long.log_softmax(-1), f.var(&[0], false), (f.exp() * 2.0).sum(&[1], false)]);
+    // Softmax and norms over rows of a multiple of 4 (quads on CPU adapters), f32 and
+    // f16, and over odd rows.
+    let (w, b) = (Tensor::rand([100], 11, &d), Tensor::rand([100], 12, &d));
+    out.extend([
+        long.cast(DType::F16).softmax(-1),
+        long.layer_norm(Some(&w), Some(&b), 1e-5),
+        long.cast(DType::F16).rms_norm(Some(&w.cast(DType::F16)), 1e-6),
+        f.layer_norm(None, None, 1e-5),
+    ]);
     // Matmul per operand dtype, batched with broadcasting.
     let a = Tensor::rand([2, 3, 4], 5, &d);
     let b = Tensor::rand([4, 5], 6, &d);
