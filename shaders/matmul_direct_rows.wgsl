@@ -11,9 +11,16 @@ var<private> off_c: u32;
 var<private> row0: u32;
 var<private> c0: u32;
 
-// Row i of the tile, columns c0 .. c0 + 3 (C transposed when OUT_T).
+// Row i of the tile, columns c0 .. c0 + 3 (C transposed when OUT_T). With QUAD_STORE
+// (C not transposed, N % 4 == 0) the 4 columns are in range together and go as one quad.
 fn store_row(i: u32, acc: vec4<f32>) {
     let r = row0 + i;
+    if (QUAD_STORE) {
+        if (i < TM && r < M && c0 < N) {
+            store_c4(off_c + r * N + c0, acc);
+        }
+        return;
+    }
     for (var j = 0u; j < 4u; j = j + 1u) {
         let c = c0 + j;
         if (i < TM && r < M && c < N) {

@@ -21,6 +21,8 @@ pub struct Epilogue<'a> {
 /// plainly, or through its epilogue with the leaves it loads (bound from `base`).
 struct Store {
     src: String,
+    /// C is bound as quads (`vec4<f32>`) and `store_c4` writes 4 columns at once.
+    quad: bool,
     leaves: Vec<Tensor>,
     patches: Vec<MetaPatch>,
     out: Tensor,
@@ -28,11 +30,28 @@ struct Store {
     label: String,
 }
 
-/// [`Store`] for product `prod`: `meta` gains the epilogue's slots.
-fn store(prod: &Tensor, epi: Option<&Epilogue>, meta: &mut Vec<u32>, base: u32, caps: &ShaderCaps) -> Result<Store> {
+/// [`Store`] for product `prod`: `meta` gains the epilogue's slots. With `quad` (rows of
+/// C 4-aligned and not transposed), an f32 C stored in place (no head split) is bound as
+/// quads: lavapipe pays for a storage access per lane, almost as much for a scalar as
+/// for a vec4. `store_c4(i, v)` stores elements `i .. i + 3` either way.
+fn store(
+    prod: &Tensor,
+    epi: Option<&Epilogue>,
+    meta: &mut Vec<u32>,
+    base: u32,
+    caps: &ShaderCaps,
+    quad: bool,
+) -> Result<Store> {
     let Some(e) = epi else {
+        let quad = quad && prod.dtype() == DType::F32;
+        let src = if quad {
+            "fn store_c(i: u32, v: f32) {\n    out[i >> 2u][i & 3u] = v;\n}\nfn store_c4(i: u32, v: vec4<f32>) {\n    out[i >> 2u] = v;\n}\n"
+        } else {
+            "fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n"
+        };
         return Ok(Store {
-            src: "fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n".into(),
+            src: format!("{src}{}", if quad { "" } else { STORE_C4_BY_ELEMENT }),
+            quad,
             leaves: Vec::new(),
             patches: Vec::new(),
             out: prod.clone(),
@@ -45,7 +64,11 @@ fn store(prod: &Tensor, epi: Option<&Epilogue>, meta: &mut Vec<u32>, base: u32, 
         g.slot(w);
     }
     g.binding_base = base;
-    let fns = epilogue_fns(&mut g, e.root, prod, caps)?;
+    let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none();
+    let mut fns = epilogue_fns(&mut g, e.root, prod, caps, quad)?;
+    if !quad {
+        fns.push_str(STORE_C4_BY_ELEMENT);
+    }
     let dt = e.root.dtype();
     let mut src = g.leaf_decls();
     src.push_str(&g.support(base + g.leaves.len() as u32));
@@ -53,6 +76,7 @@ fn store(prod: &Tensor, epi: Option<&Epilogue>, meta: &mut Vec<u32>, base: u32, 
     *meta = g.meta.clone();
     Ok(Store {
         src,
+        quad,
         label: format!("_epi({})", g.ops.join(",")),
         leaves: g.leaves,
         patches: g.patches,
@@ -76,8 +100,9 @@ fn epilogue_checked(g: &Gen, root: &Tensor) -> Result<()> {
 /// `epilogue(i, acc)`, the expression over product `prod` at its element `i` with the
 /// accumulator in place of the product, and the `store_c` that applies it. Under a
 /// head split ([`permuted_base`]) the expression is its base's, and `store_c` puts the
-/// element where the permutes send it (`dst(i)`).
-fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps) -> Result<String> {
+/// element where the permutes send it (`dst(i)`). With `quad` (an f32 root, no head
+/// split) `out` holds vec4s and `store_c4` stores 4 elements at once.
+fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps, quad: bool) -> Result<String> {
     g.value_leaf = Some((prod.id(), "acc".into()));
     let base = permuted_base(root);
     let v = g.eval(base.as_ref().unwrap_or(root), &Ix::lin("i"), true);
@@ -86,6 +111,11 @@ fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps) ->
     let (dt, ty) = (root.dtype(), storage_type(root.dtype(), caps));
     let mut src = format!("fn epilogue(i: u32, acc: f32) -> {} {{\n{body}    return {v};\n}}\n", compute_type(dt));
     match base {
+        None if quad => src.push_str(
+            "fn store_c(i: u32, v: f32) {\n    out[i >> 2u][i & 3u] = epilogue(i, v);\n}\n\
+             fn store_c4(i: u32, v: vec4<f32>) {\n    \
+             out[i >> 2u] = vec4<f32>(epilogue(i, v.x), epilogue(i + 1u, v.y), epilogue(i + 2u, v.z), epilogue(i + 3u, v.w));\n}\n",
+        ),
         None => src.push_str(&format!("fn store_c(i: u32, v: f32) {{\n    out[i] = {ty}(epilogue(i, v));\n}}\n")),
         Some(b) => {
             let d = store_index(g, root, &b);
@@ -166,9 +196,13 @@ pub fn render(
             qoff[j] = Some(format!("m({}u)", meta.len() - 1));
         }
     }
-    let st = store(root, epi, &mut meta, 4, caps)?;
+    // C's rows go out a quad at a time from the direct kernels when 4-aligned.
+    let st = store(root, epi, &mut meta, 4, caps, caps.direct_matmul && !swap && n % 4 == 0)?;
     let uses_f16 = a.dtype() == DType::F16 || b.dtype() == DType::F16 || st.uses_f16;
-    let mut src = header(meta.len(), st.out.dtype(), uses_f16, caps);
+    let mut src = match st.quad {
+        true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
+        false => header(meta.len(), st.out.dtype(), uses_f16, caps),
+    };
     src.push_str(&st.src);
     // Few rows against a weight stored [N, K]: the GEMV kernel; on CPU adapters also any
     // number of rows against a quantised weight (blocks dequantised once per 8 rows,
@@ -258,6 +292,7 @@ pub fn render(
     }
     src.push_str(sources::MATMUL_BATCH);
     if caps.direct_matmul && vec4 {
+        src.push_str(&format!("const QUAD_STORE: bool = {};\n", st.quad));
         src.push_str(sources::MATMUL_DIRECT_ROWS);
     }
     src.push_str(match (caps.direct_matmul, vec4) {
@@ -288,6 +323,9 @@ pub fn render(
     }
     Ok(with_store(spec, st))
 }
+
+/// `store_c4` as four `store_c`s, for a C not bound as quads.
+const STORE_C4_BY_ELEMENT: &str = "fn store_c4(i: u32, v: vec4<f32>) {\n    store_c(i, v.x);\n    store_c(i + 1u, v.y);\n    store_c(i + 2u, v.z);\n    store_c(i + 3u, v.w);\n}\n";
 
 /// A product's kernel that stores through `st`: its epilogue's leaves bound after the
 /// operands, its scalars patched on replay, and its root as the output.
@@ -364,7 +402,7 @@ pub fn render_in_place(
     let (out, mut label_epi, operand_ops) = (epi.map_or(root, |e| e.root), String::new(), g.ops.len());
     match epi {
         Some(e) => {
-            loads.push_str(&epilogue_fns(&mut g, e.root, root, caps)?);
+            loads.push_str(&epilogue_fns(&mut g, e.root, root, caps, false)?);
             label_epi = format!("_epi({})", g.ops[operand_ops..].join(","));
         }
         None => loads.push_str("fn store_c(i: u32, v: f32) {\n    out[i] = v;\n}\n"),
