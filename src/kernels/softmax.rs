@@ -30,7 +30,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let per_row = caps.direct_matmul && std::env::var("TESSERA_SOFTMAX_ROWS").as_deref() != Ok("0");
     // Contiguous rows of a multiple of 4 values go a quad at a time (lavapipe, 1024 rows
     // of 1024, two interleaved runs: 9.3 and 7.8 -> 4.4 and 3.9 ms).
-    let quads = per_row && inner == 1 && a % 4 == 0;
+    let quads = per_row && inner == 1 && a.is_multiple_of(4);
     let mut src = if quads {
         header_with_out(meta.len(), "vec4<f32>", f16_in, caps) + &quad_input(0, inputs[0].dtype())
     } else {
