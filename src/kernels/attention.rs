@@ -33,7 +33,12 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     }
     let out_dt = root.dtype();
     let uses_f16 = inputs.iter().any(|i| i.dtype() == DType::F16) || out_dt == DType::F16;
-    let mut src = header(meta.len(), out_dt, uses_f16, caps);
+    // An f32 output whose rows are 4-aligned is bound as quads, stored a vec4 at a time.
+    let quad_out = d % 4 == 0 && out_dt == DType::F32;
+    let mut src = match quad_out {
+        true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
+        false => header(meta.len(), out_dt, uses_f16, caps),
+    };
     // 4-aligned f32 or f16 rows load a quad at a time (`quad_input`); otherwise four
     // guarded scalar loads.
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
@@ -59,7 +64,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         // Referenced in a branch HAS_BIAS removes; WGSL still needs a definition.
         src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
     }
-    src.push_str(&store_fn(out_dt, caps));
+    src.push_str(&store_fn(out_dt, caps, quad_out));
     src.push_str(BIAS_HEAD_OFFSET);
     let bh: usize = lead.iter().product();
     let label = format!(
@@ -136,10 +141,12 @@ fn tiled_kernel(d: usize, causal: bool, has_bias: bool, src: &mut String) -> usi
 
 /// `store4(base, c, v)`: values `4c .. 4c + 3` (those below D) of the output row starting
 /// at element `base`, in the output's storage (pairs packed into `u32`s for the f16
-/// fallback, where D is even). Rows are stored a vec4 at a time: passing the whole row
-/// array to a function made llvmpipe's GL compiler take minutes.
-fn store_fn(dt: DType, caps: &ShaderCaps) -> String {
+/// fallback, where D is even; one quad for an f32 output bound as quads, D % 4 == 0).
+/// Rows are stored a vec4 at a time: passing the whole row array to a function made
+/// llvmpipe's GL compiler take minutes.
+fn store_fn(dt: DType, caps: &ShaderCaps, quad: bool) -> String {
     let body = match dt {
+        _ if quad => "    out[(base >> 2u) + c] = v;\n",
         DType::F16 if !caps.native_f16 => {
             "    let w = (base + 4u * c) / 2u;\n    out[w] = pack2x16float(v.xy);\n    if (4u * c + 2u < D) {\n        out[w + 1u] = pack2x16float(v.zw);\n    }\n"
         }
