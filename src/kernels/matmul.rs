@@ -249,26 +249,20 @@ pub fn render(
             && (trans_b || n % 4 == 0)
             && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0"));
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
-        // The vec4 kernel reads groups of 4: a vec4<f32>, or 4 halves as two u32 words
-        // (the same bits whether the adapter stores f16 natively or packed).
-        let ty = match (vec4, t.dtype()) {
-            (true, DType::F32) => "vec4<f32>",
-            (true, DType::Q8_0 | DType::Q4_0) => "u32",
-            (true, _) => "vec2<u32>",
-            _ => storage_type(t.dtype(), caps),
-        };
-        src.push_str(&format!("@group(0) @binding({}) var<storage, read> in_{name}: array<{ty}>;\n", 2 + i));
-        if !vec4 {
-            src.push_str(&load_fn(&format!("ld_{name}"), &format!("in_{name}"), t.dtype(), caps, qoff[i].as_deref()));
-        } else if t.dtype() == DType::F32 {
-            src.push_str(&format!("fn ld4_{name}(i: u32) -> vec4<f32> {{ return in_{name}[i]; }}\n"));
-        } else if t.dtype().is_quantized() {
+        let binding = 2 + i as u32;
+        let var = format!("in_{name}");
+        // The vec4 kernel reads groups of 4: a vec4<f32>, 4 halves as two u32 words (the
+        // same bits whether the adapter stores f16 natively or packed), or quant words.
+        if vec4 && !t.dtype().is_quantized() {
+            src.push_str(&super::quad_load(binding, &var, &format!("ld4_{name}"), t.dtype()));
+            continue;
+        }
+        let ty = if vec4 { "u32" } else { storage_type(t.dtype(), caps) };
+        src.push_str(&format!("@group(0) @binding({binding}) var<storage, read> {var}: array<{ty}>;\n"));
+        if vec4 {
             src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
         } else {
-            src.push_str(&format!(
-                "fn ld4_{name}(i: u32) -> vec4<f32> {{\n    let w = in_{name}[i];\n    \
-                 return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n}}\n"
-            ));
+            src.push_str(&load_fn(&format!("ld_{name}"), &var, t.dtype(), caps, qoff[i].as_deref()));
         }
     }
     // A loaded once per subgroup and shared by shuffles (every subgroup 8 lanes or more).

@@ -389,21 +389,27 @@ pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
     s
 }
 
-/// Input `k` (binding `2 + k`, f32 or f16) read 4 values at a time: the binding as
-/// quads (`vec4<f32>`, or f16 pairs packed in `vec2<u32>`) and `fn ld{k}q(q: u32) ->
-/// vec4<f32>`, values `4q .. 4q + 3`. On lavapipe each storage access runs as a loop
-/// over the SIMD lanes, whose cost per lane a quad shares among its 4 values.
+/// Input `k` (binding `2 + k`, f32 or f16) read 4 values at a time: [`quad_load`] as
+/// `in{k}` with `fn ld{k}q(q: u32) -> vec4<f32>`.
 pub(crate) fn quad_input(k: usize, dtype: DType) -> String {
+    quad_load(2 + k as u32, &format!("in{k}"), &format!("ld{k}q"), dtype)
+}
+
+/// An f32 or f16 input bound as quads at `binding`, named `var` (`vec4<f32>`, or f16
+/// pairs packed in `vec2<u32>`: the same bits whether the adapter stores f16 natively
+/// or packed), and `fn func(q: u32) -> vec4<f32>`, values `4q .. 4q + 3`. On lavapipe
+/// each storage access runs as a loop over the SIMD lanes, whose cost per lane a quad
+/// shares among its 4 values.
+pub(crate) fn quad_load(binding: u32, var: &str, func: &str, dtype: DType) -> String {
     let (elem, body) = match dtype {
         DType::F16 => (
             "vec2<u32>",
-            format!("let w = in{k}[q];\n    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
+            format!("let w = {var}[q];\n    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
         ),
-        _ => ("vec4<f32>", format!("return in{k}[q];")),
+        _ => ("vec4<f32>", format!("return {var}[q];")),
     };
     format!(
-        "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\nfn ld{k}q(q: u32) -> vec4<f32> {{\n    {body}\n}}\n",
-        2 + k
+        "@group(0) @binding({binding}) var<storage, read> {var}: array<{elem}>;\nfn {func}(q: u32) -> vec4<f32> {{\n    {body}\n}}\n"
     )
 }
 

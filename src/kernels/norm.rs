@@ -39,17 +39,10 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     }
     let lanes = if per_row { super::softmax::ROWS_PER_GROUP } else { RW };
     src.push_str(&format!("const RW: u32 = {lanes}u;\nconst RMS: bool = {rms};\nconst HAS_W: bool = {weight};\nconst HAS_B: bool = {bias};\n"));
-    src.push_str(match (per_row, quads) {
-        (true, true) => sources::NORM_ROWS_VEC4,
-        (true, false) => sources::NORM_ROWS,
-        _ => sources::NORM,
-    });
-    let label = if rms { "rms_norm" } else { "layer_norm" }.to_string();
-    let label = match (per_row, quads) {
-        (true, true) => format!("{label}_rows4"),
-        (true, false) => format!("{label}_rows"),
-        _ => label,
-    };
+    let (kernel, suffix) =
+        super::softmax::row_variant(per_row, quads, [sources::NORM_ROWS_VEC4, sources::NORM_ROWS, sources::NORM]);
+    src.push_str(kernel);
+    let label = format!("{}{suffix}", if rms { "rms_norm" } else { "layer_norm" });
     let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))

@@ -14,6 +14,20 @@ const RW: u32 = 64;
 /// width of lavapipe, so a few rows still spread over the adapter's threads.
 pub(crate) const ROWS_PER_GROUP: u32 = 8;
 
+/// The shader of a row kernel and its label's suffix: over quads (`_rows4`), one
+/// invocation per row (`_rows`, CPU adapters), or a workgroup per row.
+pub(crate) fn row_variant(
+    per_row: bool,
+    quads: bool,
+    [vec4, rows, group]: [&'static str; 3],
+) -> (&'static str, &'static str) {
+    match (per_row, quads) {
+        (true, true) => (vec4, "_rows4"),
+        (true, false) => (rows, "_rows"),
+        _ => (group, ""),
+    }
+}
+
 /// Render the softmax producing `root` from `inputs`: the buffer holding its input.
 pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
     let Op::Softmax { axis, log } = root.node().op else { unreachable!("softmax::render takes a softmax node") };
@@ -39,17 +53,10 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let lanes = if per_row { ROWS_PER_GROUP } else { RW };
     src.push_str(&format!("const RW: u32 = {lanes}u;\nconst LOG: bool = {log};\n"));
     src.push_str(sources::COMMON);
-    src.push_str(match (per_row, quads) {
-        (true, true) => sources::SOFTMAX_ROWS_VEC4,
-        (true, false) => sources::SOFTMAX_ROWS,
-        _ => sources::SOFTMAX,
-    });
-    let label = if log { "log_softmax" } else { "softmax" }.to_string();
-    let label = match (per_row, quads) {
-        (true, true) => format!("{label}_rows4"),
-        (true, false) => format!("{label}_rows"),
-        _ => label,
-    };
+    let (kernel, suffix) =
+        row_variant(per_row, quads, [sources::SOFTMAX_ROWS_VEC4, sources::SOFTMAX_ROWS, sources::SOFTMAX]);
+    src.push_str(kernel);
+    let label = format!("{}{suffix}", if log { "log_softmax" } else { "softmax" });
     let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
