@@ -142,8 +142,13 @@ fn eq_f(a: f32, b: f32) -> bool {
 // its quantisation scales differed from the host's), some drivers flush f16
 // subnormals, and NVIDIA's driver folds f32(f16(x)) and unpack2x16float(pack2x16float(x))
 // away. Below the smallest normal f16 (2^-14) values round to multiples of 2^-24
-// (exact in f32; WGSL's round() is to even).
+// (exact in f32; WGSL's round() is to even). NaN is tested first, by its bits: llvmpipe's
+// GL backend compares a NaN as below 2^-14 (a negative NaN then came out as -0), and
+// rounding a NaN's mantissa could carry it to inf.
 fn round_f16(x: f32) -> f32 {
+    if (is_nan_f(x)) {
+        return x;
+    }
     let a = abs(x);
     if (a >= 65520.0) {
         return bitcast<f32>((bitcast<u32>(x) & 0x80000000u) | 0x7f800000u);
