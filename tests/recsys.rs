@@ -61,7 +61,14 @@ fn scatter_rows_writes_the_rows_in_place() {
         let rows = i32s(&[22, 0, 7, 30, 5], dev); // 30 is out of range: skipped
         let src = common::rand_t(&[5, 6], 10, 5.0, 6.0, dev);
         let fresh = Tensor::zeros([23, 6], DType::F32, dev).add_scalar(0.5);
-        vec![table.scatter_rows(&rows, &src.mul_scalar(2.0)), fresh.scatter_rows(&rows, &src)]
+        // Rows of 8 from a buffer (not fused): a quad at a time on the GPU.
+        let wide = common::rand_t(&[23, 8], 13, -1.0, 1.0, dev);
+        let src8 = common::rand_t(&[5, 8], 14, 5.0, 6.0, dev);
+        vec![
+            table.scatter_rows(&rows, &src.mul_scalar(2.0)),
+            fresh.scatter_rows(&rows, &src),
+            wide.scatter_rows(&rows, &src8),
+        ]
     });
     // Many distinct rows in increasing order (what sparse optimisers write): the CPU
     // backend splits them across threads and prefetches each destination; the table
@@ -101,33 +108,45 @@ fn row_rules_match_the_reference() {
     // Adam's three passes in one realisation: both moments accumulate, then the step
     // reads the new moments' rows (the scheduler must keep that order). Rows out of
     // range at both ends are skipped; the tables are realised and lazy.
+    // Rows of 6, and of 12 (a quad at a time on the GPU).
     check("accumulate_rows and step_rows: one sparse Adam step", |dev| {
         let rows = i32s(&[22, 0, 7, 30, 5, -2], dev);
-        let g = common::rand_t(&[6, 6], 20, -3.0, 3.0, dev);
-        let p = common::rand_t(&[23, 6], 21, -1.0, 1.0, dev);
-        let m = common::rand_t(&[23, 6], 22, -0.5, 0.5, dev);
-        let v = common::rand_t(&[23, 6], 23, 0.0, 2.0, dev).add_scalar(0.0);
-        let m = m.accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
-        let v = v.accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
-        let p = p.step_rows(&rows, &m, true, &v, [0.05, 1e-3], None);
-        vec![m, v, p]
+        let mut out = Vec::new();
+        for d in [6, 12] {
+            let g = common::rand_t(&[6, d], 20, -3.0, 3.0, dev);
+            let p = common::rand_t(&[23, d], 21, -1.0, 1.0, dev);
+            let m = common::rand_t(&[23, d], 22, -0.5, 0.5, dev);
+            let v = common::rand_t(&[23, d], 23, 0.0, 2.0, dev).add_scalar(0.0);
+            let m = m.accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+            let v = v.accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+            let p = p.step_rows(&rows, &m, true, &v, [0.05, 1e-3], None);
+            out.extend([m, v, p]);
+        }
+        out
     });
     // Adagrad's form (the numerator per touched row), and both gates: an open gate
     // updates, a closed one leaves every row as it was even with NaN gradients.
+    // Rows of 5, and of 8 (quads; the NaN gradients are realised, so read as quads too).
     check("accumulate_rows and step_rows: Adagrad, gated", |dev| {
         let rows = i32s(&[4, 1, 9], dev);
-        let g = common::rand_t(&[3, 5], 24, -2.0, 2.0, dev);
-        let bad = g.add_scalar(f64::NAN);
-        let open = g.sum_all().gt_scalar(-1e9);
-        let shut = bad.sum_all().eq(&bad.sum_all());
-        let s = common::rand_t(&[10, 5], 25, 0.0, 1.0, dev);
-        let s = s.accumulate_rows(&rows, &g, true, [1.0, 1.0], Some(&open));
-        let p = common::rand_t(&[10, 5], 26, -1.0, 1.0, dev).step_rows(&rows, &g, false, &s, [0.1, 1e-10], Some(&open));
-        let q = common::rand_t(&[10, 5], 27, -1.0, 1.0, dev);
-        let q = q.accumulate_rows(&rows, &bad, false, [0.5, 0.5], Some(&shut));
-        let r =
-            common::rand_t(&[10, 5], 28, -1.0, 1.0, dev).step_rows(&rows, &bad, false, &s, [0.1, 1e-10], Some(&shut));
-        vec![s, p, q, r]
+        let mut out = Vec::new();
+        for d in [5, 8] {
+            let g = common::rand_t(&[3, d], 24, -2.0, 2.0, dev);
+            let bad = g.add_scalar(f64::NAN);
+            bad.realize_blocking().unwrap();
+            let open = g.sum_all().gt_scalar(-1e9);
+            let shut = bad.sum_all().eq(&bad.sum_all());
+            let s = common::rand_t(&[10, d], 25, 0.0, 1.0, dev);
+            let s = s.accumulate_rows(&rows, &g, true, [1.0, 1.0], Some(&open));
+            let p = common::rand_t(&[10, d], 26, -1.0, 1.0, dev);
+            let p = p.step_rows(&rows, &g, false, &s, [0.1, 1e-10], Some(&open));
+            let q = common::rand_t(&[10, d], 27, -1.0, 1.0, dev);
+            let q = q.accumulate_rows(&rows, &bad, false, [0.5, 0.5], Some(&shut));
+            let r = common::rand_t(&[10, d], 28, -1.0, 1.0, dev);
+            let r = r.step_rows(&rows, &bad, false, &s, [0.1, 1e-10], Some(&shut));
+            out.extend([s, p, q, r]);
+        }
+        out
     });
     // Many increasing rows: the CPU backend splits them across threads, so each half
     // must index the per-row operands from its own first row.

@@ -88,6 +88,8 @@ pub(crate) struct Gen<'a> {
     pub leaves: Vec<Tensor>,
     /// Per leaf: the meta expression of a quantised leaf's quant offset.
     leaf_qoff: Vec<Option<String>>,
+    /// Per leaf: bound as quads (see [`Gen::quad_leaf`]).
+    leaf_quad: Vec<bool>,
     leaf_index: HashMap<u64, usize>,
     is_leaf: &'a dyn Fn(&Tensor) -> bool,
     memo: HashMap<(u64, String), String>,
@@ -159,6 +161,7 @@ impl<'a> Gen<'a> {
             meta: Vec::new(),
             leaves: Vec::new(),
             leaf_qoff: Vec::new(),
+            leaf_quad: Vec::new(),
             leaf_index: HashMap::new(),
             is_leaf,
             memo: HashMap::new(),
@@ -360,6 +363,7 @@ impl<'a> Gen<'a> {
         self.leaves.push(t.clone());
         let qoff = t.dtype().is_quantized().then(|| self.slot(crate::quant::gpu_quant_offset_words(t.numel()) as u32));
         self.leaf_qoff.push(qoff);
+        self.leaf_quad.push(false);
         let base = (self.windows && !t.dtype().is_quantized()).then(|| {
             self.meta.push(0);
             self.meta.len() - 1
@@ -378,10 +382,32 @@ impl<'a> Gen<'a> {
         k
     }
 
+    /// Bind leaf `t` (f32 or f16, not windowed) as quads: `ld{k}q(q)` reads its values
+    /// `4q .. 4q + 3` (see [`super::quad_load`]); a read of one value, `ld{k}(i)`, goes
+    /// through it. Returns `k`, or `None` for a leaf that cannot be.
+    pub fn quad_leaf(&mut self, t: &Tensor) -> Option<usize> {
+        if !matches!(t.dtype(), DType::F32 | DType::F16) || self.windows || !(self.is_leaf)(t) {
+            return None;
+        }
+        let k = self.leaf(t);
+        self.leaf_quad[k] = true;
+        Some(k)
+    }
+
     /// Declarations for the leaves read so far.
     pub fn leaf_decls(&self) -> String {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
+            if self.leaf_quad[k] {
+                s.push_str(&super::quad_load(
+                    self.binding_base + k as u32,
+                    &format!("in{k}"),
+                    &format!("ld{k}q"),
+                    t.dtype(),
+                ));
+                s.push_str(&format!("fn ld{k}(i: u32) -> f32 {{\n    return ld{k}q(i >> 2u)[i & 3u];\n}}\n"));
+                continue;
+            }
             s.push_str(&input_binding(k, t.dtype(), &self.caps).replacen(
                 &format!("@binding({})", 2 + k),
                 &format!("@binding({})", self.binding_base as usize + k),

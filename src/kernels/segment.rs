@@ -55,6 +55,9 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
 /// `num_value`/`den_value(k)` (a table's element `k`), `hyper(j)` and `gate_value`;
 /// `new_value(i, k)` applies the rule.
 pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    if let Some(spec) = render_scatter_quads(root, is_leaf, caps)? {
+        return Ok(spec);
+    }
     let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
     let ins = &root.node().inputs;
     let (table, rows) = (&ins[0], &ins[1]);
@@ -103,6 +106,75 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     let mut spec = g.finish(label, src, root, workgroups);
     spec.alias = Some(table.clone());
     Ok(spec)
+}
+
+/// [`render_scatter`] a quad at a time (`shaders/scatter_rows_vec4.wgsl`), for an f32
+/// table with rows a multiple of 4 long whose value operands (the rows' values, a
+/// step's numerator and denominator) are buffers (f32, as every operand of a row
+/// write is), not fused expressions. `None` otherwise.
+fn render_scatter_quads(
+    root: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+) -> Result<Option<KernelSpec>> {
+    let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
+    let ins = &root.node().inputs;
+    let (table, rows) = (&ins[0], &ins[1]);
+    let d = table.dims()[1];
+    let values = match rule {
+        RowRule::Replace | RowRule::Accumulate { .. } => 1,
+        RowRule::Step { .. } => 2,
+    };
+    let quads = |t: &Tensor| is_leaf(t) && t.dtype() == DType::F32 && t.rank() == 2 && t.dims()[1] == d;
+    if root.dtype() != DType::F32 || d == 0 || !d.is_multiple_of(4) || !ins[2..2 + values].iter().all(quads) {
+        return Ok(None);
+    }
+    let u = rows.numel();
+    let mut g = Gen::new(*caps, is_leaf);
+    g.slot((u * d / 4) as u32);
+    g.slot((d / 4) as u32);
+    g.slot(table.dims()[0] as u32);
+    let mut functions = String::new();
+    let mut function = |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| {
+        let v = g.eval(t, &Ix::lin(var), false);
+        let body = g.take_function_body();
+        functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
+    };
+    function(&mut g, "row_of", "u", rows, "i32");
+    if rule != RowRule::Replace {
+        function(&mut g, "hyper", "j", &ins[2 + values], "f32");
+    }
+    if gated {
+        function(&mut g, "gate_value", "z", &ins[ins.len() - 1], "f32");
+        functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
+    } else {
+        functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n");
+    }
+    let mut quad = |t: &Tensor| g.quad_leaf(t).map(|k| format!("ld{k}q"));
+    let (Some(a), b) = (quad(&ins[2]), if values == 2 { quad(&ins[3]) } else { None }) else { return Ok(None) };
+    let new_quad = match rule {
+        RowRule::Replace => format!("return {a}(q);"),
+        RowRule::Accumulate { square } => {
+            let x = if square { "g * g" } else { "g" };
+            format!("let g = {a}(q);\n    return hyper(0u) * out[kq] + hyper(1u) * {x};")
+        }
+        RowRule::Step { num_rows } => {
+            let Some(b) = b else { return Ok(None) };
+            let n = if num_rows { "kq" } else { "q" };
+            format!("return out[kq] - hyper(0u) * {a}({n}) / (sqrt({b}(kq)) + hyper(1u));")
+        }
+    };
+    functions.push_str(&format!("fn new_quad(q: u32, kq: u32) -> vec4<f32> {{\n    {new_quad}\n}}\n"));
+    let mut src = super::header_with_out(g.meta.len(), "vec4<f32>", g.uses_f16, &g.caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&functions);
+    src.push_str(sources::SCATTER_ROWS_VEC4);
+    let label = format!("{}_vec4", root.op().name());
+    let workgroups = fold_groups(((u * d / 4) as u64).div_ceil(64), caps, &label)?;
+    let mut spec = g.finish(label, src, root, workgroups);
+    spec.alias = Some(table.clone());
+    Ok(Some(spec))
 }
 
 /// Render `Op::TopK` producing `root`.

@@ -285,6 +285,14 @@ pub fn covering_graphs() -> Vec<Tensor> {
         out.push(Tensor::rand([6, 5], 21, &d).step_rows(&rows, &m, true, &m.sqrt(), [0.1, 1e-8], gate));
         out.push(Tensor::rand([6, 5], 22, &d).step_rows(&rows, &g, false, &m, [0.1, 1e-8], gate));
     }
+    // The same a quad at a time: rows of 8 with buffers for values.
+    let g8 = Tensor::from_slice(&[0.5f32; 16], [2, 8], &d);
+    out.push(Tensor::rand([6, 8], 23, &d).scatter_rows(&rows, &g8));
+    for (square, gate) in [(false, None), (true, Some(&gate))] {
+        let m = Tensor::rand([6, 8], 24, &d).accumulate_rows(&rows, &g8, square, [0.9, 0.1], gate);
+        out.push(Tensor::rand([6, 8], 25, &d).step_rows(&rows, &m, true, &m, [0.1, 1e-8], gate));
+        out.push(Tensor::rand([6, 8], 26, &d).step_rows(&rows, &g8, false, &m, [0.1, 1e-8], gate));
+    }
     out.push(Tensor::rand([3, 40], 18, &d).exp().topk(10).1);
     out
 }
@@ -386,6 +394,10 @@ mod tests {
             assert!(epi || caps.max_binding == 0, "matmul epilogues are covered");
             let split = specs.iter().any(|s| s.label.contains("_epi(") && s.source.contains("fn dst("));
             assert!(split || caps.max_binding == 0, "epilogues under a head split are covered");
+            let quad_rows = ["scatter_rows_vec4", "accumulate_rows_vec4", "step_rows_vec4"]
+                .iter()
+                .all(|l| specs.iter().any(|s| s.label == *l));
+            assert!(quad_rows || caps.max_binding == 0, "row writes a quad at a time are covered");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
