@@ -52,6 +52,33 @@ fn segment_reductions_match_the_reference() {
         let v = table.index_select(0, &i32s(&ids, dev)).mul(&w);
         vec![v.segment_reduce(&i32s(&off, dev), &i32s(&seg, dev), ReduceOp::Sum)]
     });
+    // Rows of 8 (a quad at a time on the GPU) gathered once and twice (an EmbeddingBag's
+    // distinct rows, then each id's row among them), with heavy collisions.
+    check("segment sum over gathered rows of 8", |dev| {
+        let table = common::rand_t(&[11, 8], 7, -1.0, 1.0, dev);
+        let ids: Vec<i32> = (0..64).map(|k| if k % 3 == 0 { 4 } else { k * 7 % 11 }).collect();
+        let distinct = i32s(&[10, 4, 0, 7], dev);
+        let local: Vec<i32> = (0..64).map(|k| if k % 2 == 0 { 1 } else { k % 4 }).collect();
+        let (off, seg) = offsets_for(64);
+        let (o, s) = (i32s(&off, dev), i32s(&seg, dev));
+        vec![
+            table.index_select(0, &i32s(&ids, dev)).segment_reduce(&o, &s, ReduceOp::Sum),
+            table.index_select(0, &distinct).index_select(0, &i32s(&local, dev)).segment_reduce(&o, &s, ReduceOp::Sum),
+        ]
+    });
+    // An id out of range through the quad path is an error, as in the scalar one.
+    for dev in devices() {
+        let table = common::rand_t(&[11, 8], 7, -1.0, 1.0, &dev);
+        let bad = table.index_select(0, &i32s(&[1, 2, 11, 3], &dev));
+        let sums = bad.segment_reduce(&i32s(&[0, 2, 4], &dev), &i32s(&[0, 0, 1, 1], &dev), ReduceOp::Sum);
+        let e = sums.to_vec_blocking::<f32>().expect_err("id 11 of 11 rows");
+        assert!(
+            matches!(&e, tessera::Error::IndexOutOfRange { op: "index_select", index: 11, size: 11, .. }),
+            "{}: {e}",
+            label(&dev)
+        );
+        common::record(&dev);
+    }
 }
 
 #[test]

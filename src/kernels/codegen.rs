@@ -150,6 +150,10 @@ pub(crate) struct Gen<'a> {
     /// `value_misread` is set if the expression reads it at another index.
     pub value_leaf: Option<(u64, String)>,
     pub value_misread: bool,
+    /// A leaf read as quads wherever it is read: its value is the `vec4<f32>` of the
+    /// 4 values from the (4-aligned) index (see [`Gen::quad_leaf`]). The caller makes
+    /// sure nothing but gathers lies between it and the expression's result.
+    pub quad_read: Option<u64>,
 }
 
 impl<'a> Gen<'a> {
@@ -190,6 +194,7 @@ impl<'a> Gen<'a> {
             binding_base: 2,
             value_leaf: None,
             value_misread: false,
+            quad_read: None,
         }
     }
 
@@ -466,6 +471,12 @@ impl<'a> Gen<'a> {
             return v;
         }
         if !root && (self.is_leaf)(t) {
+            if self.quad_read == Some(t.id()) {
+                let l = self.linear(ix, t);
+                if let Some(k) = self.quad_leaf(t) {
+                    return self.let_("v", format!("ld{k}q(({l}) >> 2u)"));
+                }
+            }
             let k = self.leaf(t);
             let l = self.linear(ix, t);
             if self.param_leaves {

@@ -49,6 +49,7 @@ pub mod sources {
     pub const QUANTIZE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/quantize.wgsl"));
     pub const TEXTURE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/texture.wgsl"));
     pub const SEGMENT_REDUCE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/segment_reduce.wgsl"));
+    pub const SEGMENT_SUM_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/segment_sum_vec4.wgsl"));
     pub const SCATTER_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/scatter_rows.wgsl"));
     pub const SCATTER_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/scatter_rows_vec4.wgsl"));
     pub const TOPK: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl"));

@@ -20,6 +20,9 @@ fn source(g: &Gen, root: &Tensor, functions: &str, file: &str) -> String {
 
 /// Render `Op::SegmentReduce` producing `root`.
 pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
+    if let Some(spec) = render_segment_sum_quads(root, is_leaf, caps)? {
+        return Ok(spec);
+    }
     let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
     let ins = &root.node().inputs;
     let (values, offsets) = (&ins[0], &ins[1]);
@@ -47,6 +50,60 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     let label = format!("segment_{op:?}").to_lowercase();
     let workgroups = fold_groups((root.numel() as u64).div_ceil(64), caps, &label)?;
     Ok(g.finish(label, src, root, workgroups))
+}
+
+/// The f32 buffer `[R, D]` whose rows `values` ([N, D], D a multiple of 4) are: itself,
+/// or gathered from it by index_select along rows (once or several times over).
+fn gathered_rows(values: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<Tensor> {
+    let d = *values.dims().get(1)?;
+    let mut t = values.clone();
+    loop {
+        if t.rank() != 2 || t.dims()[1] != d || d == 0 || !d.is_multiple_of(4) || t.dtype() != DType::F32 {
+            return None;
+        }
+        if is_leaf(&t) {
+            return Some(t);
+        }
+        let Op::IndexSelect { axis: 0 } = *t.op() else { return None };
+        let source = t.node().inputs[0].clone();
+        t = source;
+    }
+}
+
+/// [`render_segment`]'s sum a quad at a time (`shaders/segment_sum_vec4.wgsl`), for
+/// f32 values that are rows of a buffer gathered along rows (an EmbeddingBag's
+/// forward, its gradient's sum per distinct row). `None` otherwise.
+fn render_segment_sum_quads(
+    root: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+) -> Result<Option<KernelSpec>> {
+    let Op::SegmentReduce { op: ReduceOp::Sum } = root.op() else { return Ok(None) };
+    let ins = &root.node().inputs;
+    let (values, offsets) = (&ins[0], &ins[1]);
+    let Some(table) = gathered_rows(values, is_leaf).filter(|_| root.dtype() == DType::F32) else { return Ok(None) };
+    let d = values.dims()[1];
+    let mut g = Gen::new(*caps, is_leaf);
+    g.slot((root.numel() / 4) as u32);
+    g.slot(d as u32);
+    g.slot(values.dims()[0] as u32);
+    g.quad_read = Some(table.id());
+    let v = g.eval(values, &Ix::lin("i"), false);
+    let value_body = g.take_function_body();
+    let o = g.eval(offsets, &Ix::lin("j"), false);
+    let offset_body = g.take_function_body();
+    let functions = format!(
+        "fn seg_value4(i: u32) -> vec4<f32> {{\n{value_body}    return {v};\n}}\n\
+         fn seg_offset(j: u32) -> i32 {{\n{offset_body}    return i32({o});\n}}\n"
+    );
+    let mut src = super::header_with_out(g.meta.len(), "vec4<f32>", g.uses_f16, &g.caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&functions);
+    src.push_str(sources::SEGMENT_SUM_VEC4);
+    let label = "segment_sum_vec4".to_string();
+    let workgroups = fold_groups((root.numel() as u64 / 4).div_ceil(64), caps, &label)?;
+    Ok(Some(g.finish(label, src, root, workgroups)))
 }
 
 /// Render `Op::ScatterRows` producing `root`: the output is the table's own buffer

@@ -276,6 +276,13 @@ pub fn covering_graphs() -> Vec<Tensor> {
     for op in [crate::graph::ReduceOp::Sum, crate::graph::ReduceOp::Max, crate::graph::ReduceOp::ArgMax] {
         out.push(values.segment_reduce(&offsets, &seg, op));
     }
+    // ... and a quad at a time: rows of 8 of a buffer, gathered twice.
+    let rows8 = Tensor::from_slice(&[0.5f32; 24], [3, 8], &d);
+    out.push(rows8.index_select(0, &ids.narrow(0, 0, 2)).index_select(0, &seg).segment_reduce(
+        &offsets,
+        &seg,
+        crate::graph::ReduceOp::Sum,
+    ));
     out.push(Tensor::rand([6, 5], 16, &d).scatter_rows(&ids.narrow(0, 0, 2), &Tensor::rand([2, 5], 17, &d)));
     // The optimisers' row rules, ungated and gated.
     let (rows, g) = (ids.narrow(0, 0, 2), Tensor::rand([2, 5], 19, &d));
@@ -394,7 +401,7 @@ mod tests {
             assert!(epi || caps.max_binding == 0, "matmul epilogues are covered");
             let split = specs.iter().any(|s| s.label.contains("_epi(") && s.source.contains("fn dst("));
             assert!(split || caps.max_binding == 0, "epilogues under a head split are covered");
-            let quad_rows = ["scatter_rows_vec4", "accumulate_rows_vec4", "step_rows_vec4"]
+            let quad_rows = ["scatter_rows_vec4", "accumulate_rows_vec4", "step_rows_vec4", "segment_sum_vec4"]
                 .iter()
                 .all(|l| specs.iter().any(|s| s.label == *l));
             assert!(quad_rows || caps.max_binding == 0, "row writes a quad at a time are covered");
