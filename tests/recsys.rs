@@ -64,6 +64,8 @@ fn segment_reductions_match_the_reference() {
         vec![
             table.index_select(0, &i32s(&ids, dev)).segment_reduce(&o, &s, ReduceOp::Sum),
             table.index_select(0, &distinct).index_select(0, &i32s(&local, dev)).segment_reduce(&o, &s, ReduceOp::Sum),
+            // Through a reshape that keeps the rows (as the bag's gradient reaches it).
+            table.index_select(0, &i32s(&ids, dev)).reshape([64, 8]).segment_reduce(&o, &s, ReduceOp::Sum),
         ]
     });
     // An id out of range through the quad path is an error, as in the scalar one.

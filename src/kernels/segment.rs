@@ -53,7 +53,8 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
 }
 
 /// The f32 buffer `[R, D]` whose rows `values` ([N, D], D a multiple of 4) are: itself,
-/// or gathered from it by index_select along rows (once or several times over).
+/// or gathered from it by index_select along rows (once or several times over, and
+/// through reshapes to other row counts).
 fn gathered_rows(values: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<Tensor> {
     let d = *values.dims().get(1)?;
     let mut t = values.clone();
@@ -64,7 +65,10 @@ fn gathered_rows(values: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<T
         if is_leaf(&t) {
             return Some(t);
         }
-        let Op::IndexSelect { axis: 0 } = *t.op() else { return None };
+        // A reshape that keeps rows of D (their values in order) is read through.
+        if !matches!(t.op(), Op::IndexSelect { axis: 0 } | Op::Reshape) {
+            return None;
+        }
         let source = t.node().inputs[0].clone();
         t = source;
     }
