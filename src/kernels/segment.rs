@@ -110,6 +110,24 @@ fn render_segment_sum_quads(
     Ok(Some(g.finish(label, src, root, workgroups)))
 }
 
+/// Append `fn {name}({var}: u32) -> {ty}`, the value of `t` at linear index `var`.
+fn value_fn(g: &mut Gen, functions: &mut String, name: &str, var: &str, t: &Tensor, ty: &str) {
+    let v = g.eval(t, &Ix::lin(var), false);
+    let body = g.take_function_body();
+    functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
+}
+
+/// Append a row write's `fn gate_open() -> bool`: whether `gate` (none: always) is open.
+fn gate_fn(g: &mut Gen, functions: &mut String, gate: Option<&Tensor>) {
+    match gate {
+        Some(t) => {
+            value_fn(g, functions, "gate_value", "z", t, "f32");
+            functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
+        }
+        None => functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n"),
+    }
+}
+
 /// Render `Op::ScatterRows` producing `root`: the output is the table's own buffer
 /// ([`KernelSpec::alias`]), which the kernel reads only for the rows it rewrites. Each
 /// operand is a generated function: `src_value(i)` (per element of the `[U, D]` rows),
@@ -129,11 +147,8 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     g.slot(d as u32);
     g.slot(table.dims()[0] as u32);
     let mut functions = String::new();
-    let mut function = |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| {
-        let v = g.eval(t, &Ix::lin(var), false);
-        let body = g.take_function_body();
-        functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
-    };
+    let mut function =
+        |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| value_fn(g, &mut functions, name, var, t, ty);
     function(&mut g, "row_of", "u", rows, "i32");
     let new_value = match rule {
         RowRule::Replace => {
@@ -154,12 +169,7 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
             format!("return out[k] - hyper(0u) * {n} / (sqrt(den_value(k)) + hyper(1u));")
         }
     };
-    if gated {
-        function(&mut g, "gate_value", "z", &ins[ins.len() - 1], "f32");
-        functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
-    } else {
-        functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n");
-    }
+    gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]));
     functions.push_str(&format!("fn new_value(i: u32, k: u32) -> f32 {{\n    {new_value}\n}}\n"));
     let src = source(&g, root, &functions, sources::SCATTER_ROWS);
     let label = root.op().name();
@@ -196,21 +206,13 @@ fn render_scatter_quads(
     g.slot((d / 4) as u32);
     g.slot(table.dims()[0] as u32);
     let mut functions = String::new();
-    let mut function = |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| {
-        let v = g.eval(t, &Ix::lin(var), false);
-        let body = g.take_function_body();
-        functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
-    };
+    let mut function =
+        |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| value_fn(g, &mut functions, name, var, t, ty);
     function(&mut g, "row_of", "u", rows, "i32");
     if rule != RowRule::Replace {
         function(&mut g, "hyper", "j", &ins[2 + values], "f32");
     }
-    if gated {
-        function(&mut g, "gate_value", "z", &ins[ins.len() - 1], "f32");
-        functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
-    } else {
-        functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n");
-    }
+    gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]));
     let mut quad = |t: &Tensor| g.quad_leaf(t).map(|k| format!("ld{k}q"));
     let (Some(a), b) = (quad(&ins[2]), if values == 2 { quad(&ins[3]) } else { None }) else { return Ok(None) };
     let new_quad = match rule {
