@@ -508,6 +508,40 @@ fn sparse_adam_is_lazy_and_dense_adam_refuses_sparse_gradients() {
     }
 }
 
+/// A sparse Adam step's row writes over the same rows (both moments, then the weights
+/// reading them) run as one kernel: on the CPU backend always, on a GPU when rows are a
+/// multiple of 4 long (a quad at a time), else as one kernel per write. A gated write
+/// with its gate shut, in the same group, leaves its rows alone.
+#[test]
+fn row_writes_over_the_same_rows_are_one_kernel() {
+    for dev in private_devices() {
+        for d in [8usize, 6] {
+            let rows = i32s(&[3, 0, 9, 4], &dev);
+            let g = common::rand_t(&[4, d], 50, -1.0, 1.0, &dev);
+            let bad = g.add_scalar(f64::NAN);
+            // Shut (NaN != NaN), already f32: no cast kernel joins the count.
+            let shut = bad.sum_all().eq(&bad.sum_all()).cast(DType::F32);
+            let tables: Vec<Tensor> = (0..4).map(|k| common::rand_t(&[10, d], 51 + k, 0.0, 1.0, &dev)).collect();
+            tessera::read_all_blocking(&[g.clone(), bad.clone(), shut.clone()]).unwrap();
+            tessera::read_all_blocking(&tables).unwrap();
+            let kept: Vec<f32> = tables[3].to_vec_blocking().unwrap();
+            let m = tables[0].clone().accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+            let v = tables[1].clone().accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+            let p = tables[2].clone().step_rows(&rows, &m, true, &v, [0.01, 1e-8], None);
+            let q = tables[3].clone().accumulate_rows(&rows, &bad, false, [0.5, 0.5], Some(&shut));
+            let before = dev.stats().kernels_dispatched;
+            let got = tessera::read_all_blocking(&[m, v, p, q]).unwrap();
+            let kernels = dev.stats().kernels_dispatched - before;
+            let want = if dev.is_cpu() || d % 4 == 0 { 1 } else { 4 };
+            assert_eq!(kernels, want, "{} rows of {d}: kernels for four row writes", label(&dev));
+            assert!(got[0..3].iter().flatten().all(|x| x.is_finite()), "{}: rows of {d}", label(&dev));
+            let q: Vec<f32> = got[3].iter().map(|&x| x as f32).collect();
+            assert_eq!(q, kept, "{} rows of {d}: a shut gate in the group wrote", label(&dev));
+        }
+        common::record(&dev);
+    }
+}
+
 /// Devices of their own (the CPU backend and the first GPU adapter), so their counters
 /// see only the calling test.
 fn private_devices() -> Vec<Device> {

@@ -243,6 +243,15 @@ impl RowRule {
             RowRule::Step { .. } => 3,
         }
     }
+
+    /// Whether operand `i` (after `(x, rows)`) is read at the row written (a table),
+    /// not at the touched row's position (`[U, D]`).
+    pub fn reads_at_row(self, i: usize) -> bool {
+        match self {
+            RowRule::Step { num_rows } => (i == 0 && num_rows) || i == 1,
+            RowRule::Replace | RowRule::Accumulate { .. } => false,
+        }
+    }
 }
 
 /// Geometry of a 2-D sliding window: `(rows, cols)` pairs.

@@ -553,6 +553,75 @@ pub fn group_siblings(s: &mut Schedule, max_inputs: usize, max_binding: u64) {
     s.kernels = kernels;
 }
 
+/// Group consecutive row writes (`ScatterRows`) over the same rows into one kernel: the
+/// first keeps its place and the others become its `siblings`. For each touched row the
+/// kernel applies every write in turn, so a sparse Adam step (both moments, then the
+/// weights reading them) visits each row of its three tables once instead of in three
+/// passes. A write joins when it has the group's rows and table shape, a table of its
+/// own, and reads the group's tables only as an earlier write's result at the row it
+/// writes (what the pass holds); its operands must leave room within `max_inputs`
+/// bindings, counting each further table as one. Row writes promise distinct rows, so
+/// one pass computes what the writes one after another would.
+pub fn group_row_writes(s: &mut Schedule, max_inputs: usize) {
+    /// The open group: its rows, table shape, tables, roots and the buffers it reads.
+    struct Group {
+        rows: u64,
+        dims: Vec<usize>,
+        tables: Vec<u64>,
+        roots: Vec<u64>,
+        reads: HashSet<u64>,
+    }
+    let mat = &s.materialised;
+    let source = |t: &Tensor| buffer_source(t, mat).unwrap_or_else(|| t.clone()).id();
+    let mut kernels: Vec<ScheduledKernel> = Vec::with_capacity(s.kernels.len());
+    let mut open: Option<Group> = None;
+    for k in std::mem::take(&mut s.kernels) {
+        let Op::ScatterRows { rule, .. } = *k.root.op() else {
+            open = None;
+            kernels.push(k);
+            continue;
+        };
+        let ins = &k.root.node().inputs;
+        let (table, rows) = (source(&ins[0]), source(&ins[1]));
+        // Each operand (after the table and rows) and the buffer it reads.
+        let reads: Vec<(usize, u64)> = ins[2..].iter().enumerate().map(|(i, t)| (i, source(t))).collect();
+        let joins = open.as_ref().is_some_and(|g| {
+            let mut all = g.reads.clone();
+            all.extend(reads.iter().map(|&(_, r)| r).filter(|r| !g.roots.contains(r)));
+            g.rows == rows
+                && g.dims == k.root.dims()
+                && !g.tables.contains(&table)
+                && !g.roots.contains(&table)
+                && reads.iter().all(|&(i, r)| {
+                    !g.tables.contains(&r) && r != table && (!g.roots.contains(&r) || rule.reads_at_row(i))
+                })
+                && g.roots.len() < MAX_SIBLINGS
+                && all.len() + g.roots.len() < max_inputs
+        });
+        match open.as_mut().filter(|_| joins) {
+            Some(g) => {
+                g.tables.push(table);
+                let roots = &g.roots;
+                g.reads.extend(reads.iter().map(|&(_, r)| r).filter(|r| !roots.contains(r)));
+                g.roots.push(k.root.id());
+                kernels.last_mut().expect("the group's first write").siblings.push(k.root.clone());
+            }
+            None => {
+                let reads = std::iter::once(rows).chain(reads.iter().map(|&(_, r)| r)).collect();
+                open = Some(Group {
+                    rows,
+                    dims: k.root.dims().to_vec(),
+                    tables: vec![table],
+                    roots: vec![k.root.id()],
+                    reads,
+                });
+                kernels.push(k);
+            }
+        }
+    }
+    s.kernels = kernels;
+}
+
 /// Move in-place row writes (`ScatterRows`) after every other kernel, so whatever reads
 /// a table's old rows in this realisation (a forward pass, a gradient) runs before the
 /// table is overwritten. Kept in place when a later kernel reads a write's result.

@@ -850,6 +850,7 @@ impl<'a> Gen<'a> {
             rows: None,
             alias: None,
             extra_outputs: Vec::new(),
+            extra_aliases: Vec::new(),
         }
     }
 

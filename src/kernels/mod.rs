@@ -136,10 +136,14 @@ pub struct KernelSpec {
     /// An in-place kernel (`ScatterRows`): the tensor whose buffer is also the output,
     /// bound as the output only.
     pub alias: Option<Tensor>,
-    /// A multi-output element-wise kernel's further outputs, of the output's shape,
-    /// bound after the inputs (`2 + inputs.len() + k`); such a kernel runs as one
-    /// dispatch over whole buffers and has no bounds checks.
+    /// A multi-output kernel's further outputs, bound after the inputs
+    /// (`2 + inputs.len() + k`): element-wise roots of the output's shape, or the
+    /// results of further row writes. Such a kernel runs as one dispatch over whole
+    /// buffers and has no bounds checks.
     pub extra_outputs: Vec<Tensor>,
+    /// For further row writes (empty otherwise): the table each of `extra_outputs`
+    /// writes in place, as [`alias`](Self::alias) does for the output.
+    pub extra_aliases: Vec<Tensor>,
 }
 
 /// How a matrix product splits by rows: the meta slot holding M, the elements of one
@@ -212,6 +216,7 @@ impl KernelSpec {
             rows: None,
             alias: None,
             extra_outputs: Vec::new(),
+            extra_aliases: Vec::new(),
         }
     }
 }
@@ -225,6 +230,9 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
     }
     if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
         crate::graph::schedule::group_siblings(&mut sched, max_inputs, caps.max_binding);
+        if cfg!(not(target_arch = "wasm32")) {
+            crate::graph::schedule::group_row_writes(&mut sched, max_inputs);
+        }
     }
     let is_leaf = |t: &Tensor| sched.is_buffer(t);
     let mut specs = Vec::with_capacity(sched.kernels.len());
@@ -244,7 +252,14 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
             KernelKind::Reduce => reduce::render(&k.root, &is_leaf, caps)?,
             KernelKind::Quantize => quantize::render(&k.root, &is_leaf, caps)?,
             KernelKind::Segment => segment::render_segment(&k.root, &is_leaf, caps)?,
-            KernelKind::Scatter => segment::render_scatter(&k.root, &is_leaf, caps)?,
+            KernelKind::Scatter => {
+                if cfg!(target_arch = "wasm32") {
+                    return Err(rows_left_out());
+                }
+                let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
+                specs.extend(segment::render_row_writes(&roots, &is_leaf, caps, max_inputs)?);
+                continue;
+            }
             KernelKind::TopK => segment::render_topk(&k.root, &is_leaf, caps)?,
             KernelKind::Matmul => {
                 // The product, and the element-wise expression fused into its store.
@@ -280,6 +295,12 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// Row writes (`Op::ScatterRows`) come only from the sparse optimisers, which the
+/// browser package does not offer: its build leaves them out, for its size budget.
+pub(crate) fn rows_left_out() -> Error {
+    Error::Unsupported("row writes (the sparse optimisers) are not in the browser build".into())
 }
 
 /// Kernels cannot write block formats: a quantised view must be cast before it is

@@ -117,14 +117,17 @@ fn value_fn(g: &mut Gen, functions: &mut String, name: &str, var: &str, t: &Tens
     functions.push_str(&format!("fn {name}({var}: u32) -> {ty} {{\n{body}    return {ty}({v});\n}}\n"));
 }
 
-/// Append a row write's `fn gate_open() -> bool`: whether `gate` (none: always) is open.
-fn gate_fn(g: &mut Gen, functions: &mut String, gate: Option<&Tensor>) {
+/// Append a row write's `fn gate_open{suffix}() -> bool`: whether `gate` (none: always)
+/// is open.
+fn gate_fn(g: &mut Gen, functions: &mut String, gate: Option<&Tensor>, suffix: &str) {
     match gate {
         Some(t) => {
-            value_fn(g, functions, "gate_value", "z", t, "f32");
-            functions.push_str("fn gate_open() -> bool {\n    return gate_value(0u) != 0.0;\n}\n");
+            value_fn(g, functions, &format!("gate_value{suffix}"), "z", t, "f32");
+            functions.push_str(&format!(
+                "fn gate_open{suffix}() -> bool {{\n    return gate_value{suffix}(0u) != 0.0;\n}}\n"
+            ));
         }
-        None => functions.push_str("fn gate_open() -> bool {\n    return true;\n}\n"),
+        None => functions.push_str(&format!("fn gate_open{suffix}() -> bool {{\n    return true;\n}}\n")),
     }
 }
 
@@ -134,7 +137,7 @@ fn gate_fn(g: &mut Gen, functions: &mut String, gate: Option<&Tensor>) {
 /// `num_value`/`den_value(k)` (a table's element `k`), `hyper(j)` and `gate_value`;
 /// `new_value(i, k)` applies the rule.
 pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
-    if let Some(spec) = render_scatter_quads(root, is_leaf, caps)? {
+    if let Some(spec) = render_scatter_quads(std::slice::from_ref(root), is_leaf, caps, usize::MAX)? {
         return Ok(spec);
     }
     let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
@@ -169,7 +172,7 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
             format!("return out[k] - hyper(0u) * {n} / (sqrt(den_value(k)) + hyper(1u));")
         }
     };
-    gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]));
+    gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]), "");
     functions.push_str(&format!("fn new_value(i: u32, k: u32) -> f32 {{\n    {new_value}\n}}\n"));
     let src = source(&g, root, &functions, sources::SCATTER_ROWS);
     let label = root.op().name();
@@ -179,64 +182,141 @@ pub fn render_scatter(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     Ok(spec)
 }
 
-/// [`render_scatter`] a quad at a time (`shaders/scatter_rows_vec4.wgsl`), for an f32
-/// table with rows a multiple of 4 long whose value operands (the rows' values, a
-/// step's numerator and denominator) are buffers (f32, as every operand of a row
-/// write is), not fused expressions. `None` otherwise.
-fn render_scatter_quads(
-    root: &Tensor,
+/// The kernels of row writes over the same rows that the scheduler grouped
+/// ([`group_row_writes`](crate::graph::schedule::group_row_writes)): one kernel that
+/// applies them all to each touched quad in turn, or, where that kernel does not apply,
+/// one kernel per write in order. `max_inputs` bounds the inputs and further outputs.
+pub fn render_row_writes(
+    roots: &[Tensor],
     is_leaf: &dyn Fn(&Tensor) -> bool,
     caps: &ShaderCaps,
+    max_inputs: usize,
+) -> Result<Vec<KernelSpec>> {
+    if roots.len() > 1 {
+        if let Some(spec) = render_scatter_quads(roots, is_leaf, caps, max_inputs)? {
+            return Ok(vec![spec]);
+        }
+    }
+    roots.iter().map(|r| render_scatter(r, is_leaf, caps)).collect()
+}
+
+/// Row writes a quad at a time (`shaders/scatter_rows_vec4.wgsl`): one write, or a
+/// group over the same rows applied in turn to each touched quad, each write's table
+/// its own output (the first `out`, the others `out{j}`, in place). Applies to f32
+/// tables with rows a multiple of 4 long whose value operands (the rows' values, a
+/// step's numerator and denominator) are buffers or, at the row written, an earlier
+/// write of the group (its new quad, kept in a variable). `None` otherwise.
+fn render_scatter_quads(
+    roots: &[Tensor],
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+    max_inputs: usize,
 ) -> Result<Option<KernelSpec>> {
-    let Op::ScatterRows { rule, gated } = *root.op() else { unreachable!("scatter kernels root a row write") };
-    let ins = &root.node().inputs;
-    let (table, rows) = (&ins[0], &ins[1]);
+    let root = &roots[0];
+    let (table, rows) = (&root.node().inputs[0], &root.node().inputs[1]);
     let d = table.dims()[1];
-    let values = match rule {
-        RowRule::Replace | RowRule::Accumulate { .. } => 1,
-        RowRule::Step { .. } => 2,
-    };
-    let quads = |t: &Tensor| is_leaf(t) && t.dtype() == DType::F32 && t.rank() == 2 && t.dims()[1] == d;
-    if root.dtype() != DType::F32 || d == 0 || !d.is_multiple_of(4) || !ins[2..2 + values].iter().all(quads) {
+    let u = rows.numel();
+    if root.dtype() != DType::F32 || d == 0 || !d.is_multiple_of(4) {
         return Ok(None);
     }
-    let u = rows.numel();
+    let member = |t: &Tensor| roots.iter().position(|r| r.id() == t.id());
     let mut g = Gen::new(*caps, is_leaf);
     g.slot((u * d / 4) as u32);
     g.slot((d / 4) as u32);
     g.slot(table.dims()[0] as u32);
     let mut functions = String::new();
-    let mut function =
-        |g: &mut Gen, name: &str, var: &str, t: &Tensor, ty: &str| value_fn(g, &mut functions, name, var, t, ty);
-    function(&mut g, "row_of", "u", rows, "i32");
-    if rule != RowRule::Replace {
-        function(&mut g, "hyper", "j", &ins[2 + values], "f32");
+    value_fn(&mut g, &mut functions, "row_of", "u", rows, "i32");
+    // Each write's statements: its operands, new quad and store; and which writes a
+    // later one reads (their new quads are kept in `w{j}`).
+    let mut writes: Vec<(RowRule, String, String)> = Vec::new();
+    let mut kept = vec![false; roots.len()];
+    for (j, w) in roots.iter().enumerate() {
+        let Op::ScatterRows { rule, gated } = *w.op() else { unreachable!("scatter kernels root a row write") };
+        let ins = &w.node().inputs;
+        let values = match rule {
+            RowRule::Replace | RowRule::Accumulate { .. } => 1,
+            RowRule::Step { .. } => 2,
+        };
+        if w.dtype() != DType::F32 || w.dims() != root.dims() {
+            return Ok(None);
+        }
+        // A value operand: an earlier write's quad at the row, or a buffer's quads.
+        let mut operand = |g: &mut Gen, i: usize| -> Option<String> {
+            let t = &ins[2 + i];
+            if let Some(p) = member(t) {
+                if p >= j || !rule.reads_at_row(i) {
+                    return None;
+                }
+                kept[p] = true;
+                return Some(format!("w{p}"));
+            }
+            let at = if rule.reads_at_row(i) { "kq" } else { "q" };
+            let quads = t.dtype() == DType::F32 && t.rank() == 2 && t.dims()[1] == d;
+            quads.then(|| g.quad_leaf(t)).flatten().map(|k| format!("ld{k}q({at})"))
+        };
+        let Some(a) = operand(&mut g, 0) else { return Ok(None) };
+        let mut lets = format!("        let a{j} = {a};\n");
+        if values == 2 {
+            let Some(b) = operand(&mut g, 1) else { return Ok(None) };
+            lets.push_str(&format!("        let b{j} = {b};\n"));
+        }
+        if rule != RowRule::Replace {
+            value_fn(&mut g, &mut functions, &format!("hyper{j}"), "j", &ins[2 + values], "f32");
+        }
+        gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]), &j.to_string());
+        let new_quad = match rule {
+            RowRule::Replace => format!("a{j}"),
+            RowRule::Accumulate { square } => {
+                let x = if square { format!("a{j} * a{j}") } else { format!("a{j}") };
+                format!("hyper{j}(0u) * o{j} + hyper{j}(1u) * {x}")
+            }
+            RowRule::Step { .. } => format!("o{j} - hyper{j}(0u) * a{j} / (sqrt(b{j}) + hyper{j}(1u))"),
+        };
+        writes.push((rule, lets, new_quad));
     }
-    gate_fn(&mut g, &mut functions, gated.then(|| &ins[ins.len() - 1]));
-    let mut quad = |t: &Tensor| g.quad_leaf(t).map(|k| format!("ld{k}q"));
-    let (Some(a), b) = (quad(&ins[2]), if values == 2 { quad(&ins[3]) } else { None }) else { return Ok(None) };
-    let new_quad = match rule {
-        RowRule::Replace => format!("return {a}(q);"),
-        RowRule::Accumulate { square } => {
-            let x = if square { "g * g" } else { "g" };
-            format!("let g = {a}(q);\n    return hyper(0u) * out[kq] + hyper(1u) * {x};")
+    let leaves = g.leaves.len();
+    if roots.len() > 1 && (!g.checks.is_empty() || leaves + roots.len() > max_inputs) {
+        return Ok(None);
+    }
+    // Every old quad a rule or a later write needs, loaded first (the loads of a row's
+    // tables then wait on memory together); then per write, with its gate open, its new
+    // quad stored. `w{j}` is what a later write reads at the row.
+    let out = |j: usize| if j == 0 { "out".to_string() } else { format!("out{j}") };
+    let mut body = String::new();
+    for (j, (rule, ..)) in writes.iter().enumerate() {
+        match *rule != RowRule::Replace || kept[j] {
+            true => body.push_str(&format!("    let o{j} = {}[kq];\n    var w{j} = o{j};\n", out(j))),
+            false => body.push_str(&format!("    var w{j} = vec4<f32>();\n")),
         }
-        RowRule::Step { num_rows } => {
-            let Some(b) = b else { return Ok(None) };
-            let n = if num_rows { "kq" } else { "q" };
-            format!("return out[kq] - hyper(0u) * {a}({n}) / (sqrt({b}(kq)) + hyper(1u));")
-        }
-    };
-    functions.push_str(&format!("fn new_quad(q: u32, kq: u32) -> vec4<f32> {{\n    {new_quad}\n}}\n"));
+    }
+    for (j, (_, lets, new_quad)) in writes.iter().enumerate() {
+        body.push_str(&format!(
+            "    if (gate_open{j}()) {{\n{lets}        w{j} = {new_quad};\n        {}[kq] = w{j};\n    }}\n",
+            out(j)
+        ));
+    }
+    functions.push_str(&format!("fn write_quads(q: u32, kq: u32) {{\n{body}}}\n"));
     let mut src = super::header_with_out(g.meta.len(), "vec4<f32>", g.uses_f16, &g.caps);
     src.push_str(&g.leaf_decls());
-    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    for j in 1..roots.len() {
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read_write> out{j}: array<vec4<f32>>;\n",
+            1 + leaves + j
+        ));
+    }
+    src.push_str(&g.support((1 + leaves + roots.len()) as u32));
     src.push_str(&functions);
     src.push_str(sources::SCATTER_ROWS_VEC4);
-    let label = format!("{}_vec4", root.op().name());
+    let names: Vec<String> = roots.iter().map(|r| r.op().name()).collect();
+    let label = match names.as_slice() {
+        [one] => format!("{one}_vec4"),
+        _ => format!("row_writes({})_vec4", names.join(",")),
+    };
     let workgroups = fold_groups(((u * d / 4) as u64).div_ceil(64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
     spec.alias = Some(table.clone());
+    spec.extra_outputs = roots[1..].to_vec();
+    spec.extra_aliases = roots[1..].iter().map(|r| r.node().inputs[0].clone()).collect();
     Ok(Some(spec))
 }
 

@@ -296,9 +296,13 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let g8 = Tensor::from_slice(&[0.5f32; 16], [2, 8], &d);
     out.push(Tensor::rand([6, 8], 23, &d).scatter_rows(&rows, &g8));
     for (square, gate) in [(false, None), (true, Some(&gate))] {
+        // Alone, then a step reading its result: one kernel of two writes.
         let m = Tensor::rand([6, 8], 24, &d).accumulate_rows(&rows, &g8, square, [0.9, 0.1], gate);
+        out.push(m.clone());
         out.push(Tensor::rand([6, 8], 25, &d).step_rows(&rows, &m, true, &m, [0.1, 1e-8], gate));
         out.push(Tensor::rand([6, 8], 26, &d).step_rows(&rows, &g8, false, &m, [0.1, 1e-8], gate));
+        let den = Tensor::rand([6, 8], 28, &d).exp();
+        out.push(Tensor::rand([6, 8], 27, &d).step_rows(&rows, &g8, false, &den, [0.1, 1e-8], gate));
     }
     out.push(Tensor::rand([3, 40], 18, &d).exp().topk(10).1);
     out
@@ -329,6 +333,13 @@ pub fn covering_groups() -> Vec<Vec<Tensor>> {
         out.push(vec![p, m, v]);
         out.push(vec![x.exp(), x.gt(&g), (&x * 4.0).cast(DType::I32), (&x + &g).cast(DType::F16), x.cast(DType::U32)]);
     }
+    // A sparse Adam step's row writes (both moments, then the weights): one kernel.
+    let rows = Tensor::from_slice(&[2i32, 0, 5], [3], &d);
+    let g = Tensor::rand([3, 8], 40, &d);
+    let m = Tensor::rand([6, 8], 41, &d).accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+    let v = Tensor::rand([6, 8], 42, &d).accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+    let p = Tensor::rand([6, 8], 43, &d).step_rows(&rows, &m, true, &v, [0.01, 1e-8], None);
+    out.push(vec![m, v, p]);
     out
 }
 
@@ -405,6 +416,13 @@ mod tests {
                 .iter()
                 .all(|l| specs.iter().any(|s| s.label == *l));
             assert!(quad_rows || caps.max_binding == 0, "row writes a quad at a time are covered");
+            let grouped = [
+                "row_writes(accumulate_rows,step_rows)_vec4",
+                "row_writes(accumulate_rows,accumulate_rows,step_rows)_vec4",
+            ]
+            .iter()
+            .all(|l| specs.iter().any(|s| s.label == *l && s.extra_aliases.len() == s.extra_outputs.len()));
+            assert!(grouped || caps.max_binding == 0, "row writes over the same rows in one kernel are covered");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();

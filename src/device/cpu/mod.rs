@@ -65,6 +65,9 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     }
     if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
         crate::graph::schedule::group_siblings(&mut sched, usize::MAX, u64::MAX);
+        if cfg!(not(target_arch = "wasm32")) {
+            crate::graph::schedule::group_row_writes(&mut sched, usize::MAX);
+        }
     }
     if let Some(k) = sched.kernels.iter().find(|k| k.root.dtype().is_quantized() && k.kind != KernelKind::Quantize) {
         return Err(crate::kernels::quantized_output(&k.root));
@@ -91,29 +94,26 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
     }
     let mut produced: HashMap<u64, Arc<CpuBuffer>> = HashMap::new();
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
-    // Kernels that ran inside an earlier one's pass (row writes over the same rows).
-    let (mut passed, mut joined) = (0, 0);
     for (j, k) in sched.kernels.iter().enumerate() {
-        if j < passed {
-            continue;
-        }
+        // The kernel's outputs: its root's, then its siblings' (a multi-output kernel,
+        // or row writes over the same rows).
+        let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
         if k.kind == KernelKind::Scatter {
-            let group = &sched.kernels[j..j + scatter::group_len(&sched.kernels[j..], &sched.materialised)];
+            if cfg!(target_arch = "wasm32") {
+                return Err(crate::kernels::rows_left_out());
+            }
             #[cfg(not(target_arch = "wasm32"))]
             let t0 = crate::profile::enabled().then(std::time::Instant::now);
-            scatter::run_group(group, &sched.materialised, &mut produced)?;
+            scatter::run_group(&roots, &sched.materialised, &mut produced)?;
             #[cfg(not(target_arch = "wasm32"))]
             if let Some(t0) = t0 {
-                record_kernel(k, group.len(), t0);
+                record_kernel(k, roots.len(), t0);
             }
-            (passed, joined) = (j + group.len(), joined + group.len() - 1);
             continue;
         }
-        for t in std::iter::once(&k.root).chain(&k.siblings) {
+        for t in &roots {
             reserve(dev, t.dtype().storage_bytes(t.numel()))?;
         }
-        // The kernel's outputs: its root's, then its siblings' (a multi-output kernel).
-        let roots: Vec<Tensor> = std::iter::once(k.root.clone()).chain(k.siblings.iter().cloned()).collect();
         let outs = {
             let buffer = |t: &Tensor| buffer_of(t, &sched.materialised, &produced);
             #[cfg(not(target_arch = "wasm32"))]
@@ -139,7 +139,7 @@ pub(crate) fn run(dev: &Device, targets: &[Tensor], n_read: usize) -> Result<Opt
         }
         produced.retain(|id, _| last_use.get(id).is_none_or(|&l| l > j) || target_ids.contains(id));
     }
-    dev.0.counters.add(Counter::Kernels, (sched.kernels.len() - joined) as u64);
+    dev.0.counters.add(Counter::Kernels, sched.kernels.len() as u64);
     dev.0.counters.add(Counter::Realizations, 1);
     dev.0.counters.add(Counter::Plans, 1);
     let mut out = Vec::with_capacity(n_read);

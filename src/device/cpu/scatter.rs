@@ -1,55 +1,19 @@
 //! Row writes (`Op::ScatterRows`) on the CPU: each rewrites rows of its table in the
-//! table's own buffer. Consecutive writes over the same rows, of tables of the same
-//! shape, run as one pass: for each row, every write in turn. A sparse Adam step
-//! (both moments, then the weights reading them) so visits each scattered row of its
-//! three tables once, while the row is in cache, instead of once per write.
+//! table's own buffer. The writes the scheduler grouped over the same rows
+//! ([`group_row_writes`]) run as one pass: for each row, every write in turn. A sparse
+//! Adam step (both moments, then the weights reading them) so visits each scattered
+//! row of its three tables once, while the row is in cache, instead of once per write.
+//!
+//! [`group_row_writes`]: crate::graph::schedule::group_row_writes
 
 use super::buffer::{CpuBuffer, HostBuffer};
 use super::{buffer_of, memory, par};
 use crate::device::Storage;
-use crate::graph::schedule::{buffer_source, ScheduledKernel};
+use crate::graph::schedule::buffer_source;
 use crate::graph::{Op, RowRule};
 use crate::{Error, Result, Tensor};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-
-/// How many of `kernels` (the first a row write) run as one pass: the first, and each
-/// following row write with the same rows and table shape, a table of its own, that
-/// reads the group's tables only as an earlier write's result at the row it writes.
-pub(super) fn group_len(kernels: &[ScheduledKernel], materialised: &HashSet<u64>) -> usize {
-    let source = |t: &Tensor| buffer_source(t, materialised).unwrap_or_else(|| t.clone()).id();
-    let first = &kernels[0].root;
-    let (rows, dims) = (source(&first.node().inputs[1]), first.dims().to_vec());
-    let mut roots: Vec<u64> = Vec::new();
-    let mut tables: Vec<u64> = Vec::new();
-    for k in kernels {
-        let Op::ScatterRows { rule, .. } = *k.root.op() else { break };
-        let ins = &k.root.node().inputs;
-        let table = source(&ins[0]);
-        if source(&ins[1]) != rows || k.root.dims() != dims || tables.contains(&table) || roots.contains(&table) {
-            break;
-        }
-        let reads_ok = ins[2..].iter().enumerate().all(|(i, t)| {
-            let s = source(t);
-            !tables.contains(&s) && s != table && (!roots.contains(&s) || reads_by_row(rule, i))
-        });
-        if !reads_ok {
-            break;
-        }
-        roots.push(k.root.id());
-        tables.push(table);
-    }
-    roots.len().max(1)
-}
-
-/// Whether operand `i` (after `(table, rows)`) of a write under `rule` is read at the
-/// row written, not at the touched row's position.
-fn reads_by_row(rule: RowRule, i: usize) -> bool {
-    match rule {
-        RowRule::Step { num_rows } => (i == 0 && num_rows) || i == 1,
-        RowRule::Replace | RowRule::Accumulate { .. } => false,
-    }
-}
 
 /// Where a write reads an operand.
 enum Src<'a> {
@@ -77,7 +41,7 @@ impl Write<'_> {
         let read = |k: usize| -> &[f32] {
             match self.ops[k] {
                 Src::Buf(s) => {
-                    let i = if reads_by_row(self.rule, k) { row } else { u };
+                    let i = if self.rule.reads_at_row(k) { row } else { u };
                     &s[i * d..(i + 1) * d]
                 }
                 Src::Written(j) => &done[j][a..a + d],
@@ -101,30 +65,31 @@ impl Write<'_> {
     }
 }
 
-/// Run the row writes `group` (see [`group_len`]) in one pass when their rows are
-/// strictly increasing, else one after another. Each write's table buffer is taken
-/// from `produced` or its tensor, rewritten in place when nothing else holds it (else
-/// a copy), and given back to both the table and the result in `produced`.
+/// Run the row writes `roots` (a group of [`group_row_writes`]) in one pass when their
+/// rows are strictly increasing, else one after another. Each write's table buffer is
+/// taken from `produced` or its tensor, rewritten in place when nothing else holds it
+/// (else a copy), and given back to both the table and the result in `produced`.
+///
+/// [`group_row_writes`]: crate::graph::schedule::group_row_writes
 pub(super) fn run_group(
-    group: &[ScheduledKernel],
+    roots: &[Tensor],
     materialised: &HashSet<u64>,
     produced: &mut HashMap<u64, Arc<CpuBuffer>>,
 ) -> Result<()> {
-    let roots: Vec<&Tensor> = group.iter().map(|k| &k.root).collect();
     let rows_buf = buffer_of(&roots[0].node().inputs[1], materialised, produced)?;
     let HostBuffer::I32(rows) = &**rows_buf else {
         return Err(Error::Unsupported("cpu: row writes take i32 rows".into()));
     };
     if roots.len() > 1 && !rows.windows(2).all(|w| w[0] < w[1]) {
         // A row written twice: each write must see the other's finished table.
-        return group.iter().try_for_each(|k| run_group(std::slice::from_ref(k), materialised, produced));
+        return roots.iter().try_for_each(|r| run_group(std::slice::from_ref(r), materialised, produced));
     }
     // Every operand's buffer is held before the tables are taken: one that is a table
     // then keeps its old values, and the rows go to a copy. An operand that is an
     // earlier write of the group is read from that write's table instead.
     let source = |t: &Tensor| buffer_source(t, materialised).unwrap_or_else(|| t.clone()).id();
     let mut held: Vec<Vec<Held>> = Vec::new();
-    for root in &roots {
+    for root in roots {
         let mut ops = Vec::new();
         for t in &root.node().inputs[2..] {
             ops.push(match roots.iter().position(|r| r.id() == source(t)) {
@@ -150,7 +115,7 @@ pub(super) fn run_group(
     }
     // The tables' buffers, moved out of wherever they live so that they can be owned.
     let mut owned: Vec<(Tensor, CpuBuffer, bool)> = Vec::new();
-    for root in &roots {
+    for root in roots {
         let table = &root.node().inputs[0];
         let table = buffer_source(table, materialised).unwrap_or_else(|| table.clone());
         let (buf, from_tensor) = match produced.remove(&table.id()) {
@@ -183,7 +148,7 @@ pub(super) fn run_group(
     drop(tables);
     drop(writes);
     drop(held);
-    for ((table, b, from_tensor), root) in owned.into_iter().zip(&roots) {
+    for ((table, b, from_tensor), root) in owned.into_iter().zip(roots) {
         let out = Arc::new(b);
         give_back(&table, out.clone(), from_tensor, produced);
         produced.insert(root.id(), out);
@@ -276,7 +241,7 @@ fn update_rows_from(
             }
             for w in writes.iter().filter(|w| w.open) {
                 for (k, src) in w.ops.iter().enumerate() {
-                    if let (Src::Buf(s), true) = (src, reads_by_row(w.rule, k)) {
+                    if let (Src::Buf(s), true) = (src, w.rule.reads_at_row(k)) {
                         memory::prefetch_run(s, next * d, d);
                     }
                 }

@@ -374,7 +374,7 @@ pub(crate) async fn run(
     // of this submit can reuse it; the pool gets it back only after the submit.
     let mut last_use: HashMap<u64, usize> = HashMap::new();
     for (j, s) in specs.iter().enumerate() {
-        for i in s.inputs.iter().chain(&s.alias) {
+        for i in s.inputs.iter().chain(&s.alias).chain(&s.extra_aliases) {
             last_use.insert(i.id(), j);
         }
     }
@@ -416,20 +416,31 @@ pub(crate) async fn run(
             (None, None) => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
         };
         let inputs: Vec<Arc<PooledBuffer>> = s.inputs.iter().map(|i| buffer_of(i, &produced)).collect::<Result<_>>()?;
-        // A buffer bound both as an input and as the in-place output fails validation.
-        if s.alias.is_some() && inputs.iter().any(|b| Arc::ptr_eq(b, &out)) {
+        let mut extra = Vec::with_capacity(s.extra_outputs.len());
+        for (e, t) in s.extra_outputs.iter().enumerate() {
+            let need = t.storage_bytes();
+            extra.push(
+                match (
+                    s.extra_aliases.get(e),
+                    local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2),
+                ) {
+                    // A further row write's table, written in place.
+                    (Some(a), _) => buffer_of(a, &produced)?,
+                    (None, Some(p)) => local_free.swap_remove(p),
+                    (None, None) => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
+                },
+            );
+        }
+        // A buffer bound both as an input and as an in-place output, or as two of them,
+        // fails validation.
+        let written = || std::iter::once(&out).chain(&extra);
+        let shared = inputs.iter().any(|b| written().any(|w| Arc::ptr_eq(b, w)))
+            || extra.iter().enumerate().any(|(e, b)| written().take(e + 1).any(|w| Arc::ptr_eq(b, w)));
+        if (s.alias.is_some() || !s.extra_aliases.is_empty()) && shared {
             return Err(Error::Unsupported(format!(
                 "{}: an operand shares the table's buffer; realise a copy of it first",
                 s.label
             )));
-        }
-        let mut extra = Vec::with_capacity(s.extra_outputs.len());
-        for t in &s.extra_outputs {
-            let need = t.storage_bytes();
-            extra.push(match local_free.iter().position(|b| b.class >= need && b.class <= need.max(256) * 2) {
-                Some(p) => local_free.swap_remove(p),
-                None => Arc::new(ctx.pool.get(&ctx.device, need, STORAGE)?),
-            });
         }
         let mut pipeline_of = None;
         let chunks = &dispatches[j];

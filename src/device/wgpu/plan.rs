@@ -36,6 +36,7 @@ struct CachedKernel {
     rows: Option<crate::kernels::RowSplit>,
     alias: Option<usize>,
     extra_outputs: Vec<usize>,
+    extra_aliases: Vec<usize>,
 }
 
 struct CachedPlan {
@@ -77,6 +78,7 @@ impl PlanCache {
                 rows: k.rows.clone(),
                 alias: k.alias.map(|a| sig.nodes[a].clone()),
                 extra_outputs: k.extra_outputs.iter().map(|&i| sig.nodes[i].clone()).collect(),
+                extra_aliases: k.extra_aliases.iter().map(|&i| sig.nodes[i].clone()).collect(),
             });
         }
         Some(out)
@@ -102,6 +104,9 @@ impl PlanCache {
             let Some(extra_outputs) = s.extra_outputs.iter().map(at).collect::<Option<Vec<_>>>() else {
                 return;
             };
+            let Some(extra_aliases) = s.extra_aliases.iter().map(at).collect::<Option<Vec<_>>>() else {
+                return;
+            };
             let mut patches = Vec::with_capacity(s.patches.len());
             for p in &s.patches {
                 let Some(n) = sig.position(&p.node) else { return };
@@ -122,6 +127,7 @@ impl PlanCache {
                 rows: s.rows.clone(),
                 alias,
                 extra_outputs,
+                extra_aliases,
             });
         }
         if let Ok(mut m) = self.plans.lock() {
