@@ -1,6 +1,7 @@
 //! Property tests: broadcasting and reshape rules on the reference, random shapes (1,
-//! odd sizes, sizes just past a tile) through fused kernels on every GPU device, and
-//! random products, head-split epilogues and convolutions on every matmul kernel family.
+//! odd sizes, sizes just past a tile) through fused kernels on every GPU device,
+//! random products, head-split epilogues and convolutions on every matmul kernel family,
+//! and random groups of row writes over the same rows on every device.
 
 mod common;
 use common::{assert_close, devices, rand_t, Tol};
@@ -289,6 +290,102 @@ proptest! {
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 let tol = Tol { atol: 1e-4, rtol: 1e-4 }.scaled(s.iter().product());
                 assert_close(&format!("output {k} {s:?} perm {perm:?} on {}", common::label(d)), g, w, tol);
+            }
+        }
+    }
+}
+
+/// One write of a random group over the same rows: its rule, what its operands are,
+/// and its gate.
+#[derive(Clone, Debug)]
+struct RandomWrite {
+    /// 0 replace, 1 accumulate, 2 accumulate squares, 3 step with a per-row
+    /// numerator, 4 step with a table numerator.
+    kind: u8,
+    /// For a step: read an earlier write's result (when there is a fitting one) rather
+    /// than a buffer of its own, for the numerator and the denominator.
+    earlier: (bool, bool),
+    /// 0 none, 1 open, 2 shut.
+    gate: u8,
+}
+
+fn random_write() -> impl Strategy<Value = RandomWrite> {
+    // Steps that read earlier writes most of the time: what a group holds in variables.
+    let earlier = (prop::bool::weighted(0.8), prop::bool::weighted(0.8));
+    (0u8..5, earlier, 0u8..3).prop_map(|(kind, earlier, gate)| RandomWrite { kind, earlier, gate })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random row writes over the same distinct rows (some out of range), realised
+    /// together: the scheduler groups them into one kernel (on wgpu, one quad kernel
+    /// when rows are a multiple of 4 long), where a step reads earlier writes' new rows.
+    /// Every device matches the reference.
+    #[test]
+    fn random_row_write_groups_match_on_every_device(
+        d in prop_oneof![Just(1usize), Just(3), Just(4), Just(8), Just(8), Just(12), Just(13)],
+        r in 2usize..40,
+        picks in prop::collection::vec(0usize..48, 1..12),
+        writes in prop::collection::vec(random_write(), 2..6),
+        seed in 0u64..1000,
+    ) {
+        // Distinct rows, some past either end of the table.
+        let mut rows: Vec<i32> = Vec::new();
+        for p in picks {
+            let row = p as i32 - 2;
+            if row <= r as i32 + 3 && !rows.contains(&row) {
+                rows.push(row);
+            }
+        }
+        let u = rows.len();
+        let build = |dev: &Device| -> Vec<Tensor> {
+            let ids = Tensor::from_slice(&rows, [u], dev);
+            let open = Tensor::from_slice(&[1.0f32], [1], dev);
+            let shut = Tensor::from_slice(&[0.0f32], [1], dev);
+            let mut out: Vec<Tensor> = Vec::new();
+            // Results whose rows are all positive (sums of squares): denominators.
+            let mut positive: Vec<usize> = Vec::new();
+            for (j, w) in writes.iter().enumerate() {
+                let s = seed + 10 * j as u64;
+                let gate = match w.gate { 1 => Some(&open), 2 => Some(&shut), _ => None };
+                let per_row = rand_t(&[u, d], s + 1, -2.0, 2.0, dev);
+                let (h0, h1) = (0.5 + (s % 5) as f64 * 0.1, 0.3);
+                let t = match w.kind {
+                    0 => rand_t(&[r, d], s, -1.0, 1.0, dev).scatter_rows(&ids, &per_row),
+                    1 | 2 => {
+                        let square = w.kind == 2;
+                        let t = rand_t(&[r, d], s, 0.1, 1.0, dev).accumulate_rows(&ids, &per_row, square, [h0, h1], gate);
+                        if square {
+                            positive.push(j);
+                        }
+                        t
+                    }
+                    _ => {
+                        let num_rows = w.kind == 4;
+                        let num = match (w.earlier.0 && num_rows, out.last()) {
+                            (true, Some(prev)) => prev.clone(),
+                            _ if num_rows => rand_t(&[r, d], s + 2, -1.0, 1.0, dev),
+                            _ => per_row,
+                        };
+                        let den = match (w.earlier.1, positive.last()) {
+                            (true, Some(&p)) => out[p].clone(),
+                            _ => rand_t(&[r, d], s + 3, 0.1, 2.0, dev),
+                        };
+                        rand_t(&[r, d], s, -1.0, 1.0, dev).step_rows(&ids, &num, num_rows, &den, [0.05, 1e-3], gate)
+                    }
+                };
+                out.push(t);
+            }
+            out
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        for dev in &devices() {
+            common::record(dev);
+            let got = tessera::read_all_blocking(&build(dev)).unwrap();
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let what = format!("write {k} of {writes:?}, rows {rows:?}, d {d}, on {}", common::label(dev));
+                assert_close(&what, g, w, Tol::for_dtype(DType::F32).scaled(4));
             }
         }
     }

@@ -278,9 +278,9 @@ fn render_scatter_quads(
     if roots.len() > 1 && (!g.checks.is_empty() || leaves + roots.len() > max_inputs) {
         return Ok(None);
     }
-    // Every old quad a rule or a later write needs, loaded first (the loads of a row's
-    // tables then wait on memory together); then per write, with its gate open, its new
-    // quad stored. `w{j}` is what a later write reads at the row.
+    // Every old quad a rule or a later write needs, loaded before any store; then per
+    // write, with its gate open, its new quad stored. `w{j}` is what a later write
+    // reads at the row.
     let out = |j: usize| if j == 0 { "out".to_string() } else { format!("out{j}") };
     let mut body = String::new();
     for (j, (rule, ..)) in writes.iter().enumerate() {
