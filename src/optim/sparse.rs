@@ -1,8 +1,8 @@
 //! Optimisers with a sparse rule: [`SparseAdam`] (PyTorch's lazy `SparseAdam`) and
 //! [`Adagrad`]. A sparse gradient updates only its rows of the table and of the
-//! optimiser's state, each rewritten in place by one pass over those rows
-//! ([`Tensor::accumulate_rows`], [`Tensor::step_rows`]), so a step costs the rows a
-//! batch touched whatever the table's size. Dense gradients get the dense
+//! optimiser's state, each rewritten in place ([`Tensor::accumulate_rows`],
+//! [`Tensor::step_rows`]); the scheduler runs a table's writes as one kernel over
+//! those rows, so a step costs the rows a batch touched whatever the table's size. Dense gradients get the dense
 //! rule (Adam, Adagrad), so one optimiser trains a whole recommendation model.
 
 use super::{gated, Adam, Optimizer};
