@@ -228,11 +228,20 @@ fn kernel(
         }
         KernelKind::Segment => {
             let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
-            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
-            let values = prog.run(ins[0].numel())?.into_f32();
             let offsets =
                 Program::compile(&ins[1], false, is_leaf, buffer)?.run(ins[1].numel())?.to_f64(ins[1].numel());
-            let out = reduce::segment(*op, &values, &offsets, ins[0].dims()[1]);
+            let d = ins[0].dims()[1];
+            // Sums of rows gathered from a table read the table's rows where they are.
+            if *op == crate::graph::ReduceOp::Sum {
+                if let Some((table, rows)) = reduce::gathered_rows(&ins[0], is_leaf, buffer)? {
+                    if let Some(t) = table.as_f32().filter(|t| rows.iter().all(|&r| (r + 1) * d <= t.len())) {
+                        return Ok(reduce::segment_sum_rows(t, &rows, &offsets, d));
+                    }
+                }
+            }
+            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
+            let values = prog.run(ins[0].numel())?.into_f32();
+            let out = reduce::segment(*op, &values, &offsets, d);
             memory::recycle(HostBuffer::F32(values));
             Ok(out)
         }

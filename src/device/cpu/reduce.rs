@@ -5,11 +5,12 @@
 //! max and min propagate NaN; argmax and argmin return the first extreme, NaN counting
 //! as extreme (the reference's rules).
 
-use super::buffer::{HostBuffer, Vals};
+use super::buffer::{CpuBuffer, HostBuffer, Vals};
 use super::expr::{strides_of, Idx, Program, CHUNK};
-use super::par;
-use crate::graph::ReduceOp;
-use crate::{DType, Result};
+use super::{memory, par};
+use crate::graph::{Op, ReduceOp};
+use crate::{DType, Error, Result, Tensor};
+use std::sync::Arc;
 
 /// A partial reduction: a running value and, for the arg forms, its index.
 #[derive(Clone, Copy, Debug)]
@@ -336,6 +337,83 @@ pub(crate) fn segment(op: ReduceOp, values: &[f32], offsets: &[f64], d: usize) -
             HostBuffer::F32(out)
         }
     }
+}
+
+/// The buffer `[R, D]` whose rows `values` (`[N, D]`) are, and which row of it each of
+/// the `N` is: `values` itself, or rows gathered from it by `index_select` along rows
+/// (once or several times over, through reshapes that keep rows of D). `None` for
+/// anything else. An index out of range is the error the gather would give.
+pub(crate) fn gathered_rows(
+    values: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+) -> Result<Option<(Arc<CpuBuffer>, Vec<usize>)>> {
+    let Some(&d) = values.dims().get(1) else { return Ok(None) };
+    let mut rows: Vec<usize> = (0..values.dims()[0]).collect();
+    let mut t = values.clone();
+    loop {
+        if t.rank() != 2 || t.dims()[1] != d || d == 0 {
+            return Ok(None);
+        }
+        if is_leaf(&t) {
+            return Ok(Some((buffer(&t)?, rows)));
+        }
+        match t.op() {
+            // Rows of D in order: the same row numbers.
+            Op::Reshape => {}
+            Op::IndexSelect { axis: 0 } => {
+                let (src, ids) = (&t.node().inputs[0], &t.node().inputs[1]);
+                let index = Program::compile(ids, false, is_leaf, buffer)?.run(ids.numel())?.to_f64(ids.numel());
+                let size = src.dims().first().copied().unwrap_or(0);
+                if rows.iter().any(|&r| r >= index.len()) {
+                    return Ok(None);
+                }
+                for r in rows.iter_mut() {
+                    let v = index[*r];
+                    if v < 0.0 || v as usize >= size {
+                        return Err(Error::IndexOutOfRange {
+                            op: "index_select",
+                            index: v as i64,
+                            axis: 0,
+                            size,
+                            location: t.location(),
+                        });
+                    }
+                    *r = v as usize;
+                }
+            }
+            _ => return Ok(None),
+        }
+        let next = t.node().inputs[0].clone();
+        t = next;
+    }
+}
+
+/// [`segment`]'s sum over rows of `table` (`[R, D]`): segment `s` sums rows
+/// `rows[k]` for `k` in its range, in order, in f32 (the same values and order as the
+/// gathered rows would give). Each thread prefetches its next rows.
+pub(crate) fn segment_sum_rows(table: &[f32], rows: &[usize], offsets: &[f64], d: usize) -> HostBuffer {
+    let n = rows.len();
+    let s = offsets.len().saturating_sub(1);
+    let range = |seg: usize| {
+        let start = (offsets[seg].max(0.0) as usize).min(n);
+        (start, (offsets[seg + 1].max(0.0) as usize).clamp(start, n))
+    };
+    const AHEAD: usize = 8;
+    let mut out = HostBuffer::zeros(DType::F32, s * d).into_f32();
+    par::for_rows(&mut out, d.max(1), |seg, row| {
+        let (start, end) = range(seg);
+        for k in start..end {
+            if let Some(&next) = rows.get(k + AHEAD) {
+                memory::prefetch_run(table, next * d, d);
+            }
+            let r = rows[k] * d;
+            for (o, v) in row.iter_mut().zip(&table[r..r + d]) {
+                *o += v;
+            }
+        }
+    });
+    HostBuffer::F32(out)
 }
 
 /// `Op::TopK`: the indices of the `k` largest of each row of `n` (largest first, ties
