@@ -73,6 +73,31 @@ pub fn buffer_source(t: &Tensor, materialised: &HashSet<u64>) -> Option<Tensor> 
     }
 }
 
+/// The buffer `[R, D]` whose rows `values` (`[N, D]`) are, and the `index_select`s
+/// along rows between them (each one's node, outermost first): `values` itself, or
+/// rows gathered from it once or several times over, through reshapes that keep rows of
+/// D. `None` for anything else. What an embedding bag's sums read, on both backends.
+pub fn gathered_rows(values: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<(Tensor, Vec<Tensor>)> {
+    let d = *values.dims().get(1)?;
+    let mut gathers = Vec::new();
+    let mut t = values.clone();
+    loop {
+        if t.rank() != 2 || t.dims()[1] != d || d == 0 {
+            return None;
+        }
+        if is_leaf(&t) {
+            return Some((t, gathers));
+        }
+        match t.op() {
+            Op::Reshape => {}
+            Op::IndexSelect { axis: 0 } => gathers.push(t.clone()),
+            _ => return None,
+        }
+        let next = t.node().inputs[0].clone();
+        t = next;
+    }
+}
+
 fn strip_leading_ones(d: &[usize]) -> &[usize] {
     let k = d.iter().take_while(|&&x| x == 1).count();
     &d[k..]

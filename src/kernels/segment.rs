@@ -4,6 +4,7 @@
 
 use super::codegen::{Gen, Ix};
 use super::{fold_groups, header, sources, KernelSpec, ShaderCaps};
+use crate::graph::schedule::gathered_rows;
 use crate::graph::{Op, ReduceOp, RowRule};
 use crate::{DType, Result, Tensor};
 
@@ -52,28 +53,6 @@ pub fn render_segment(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &S
     Ok(g.finish(label, src, root, workgroups))
 }
 
-/// The f32 buffer `[R, D]` whose rows `values` ([N, D], D a multiple of 4) are: itself,
-/// or gathered from it by index_select along rows (once or several times over, and
-/// through reshapes to other row counts).
-fn gathered_rows(values: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> Option<Tensor> {
-    let d = *values.dims().get(1)?;
-    let mut t = values.clone();
-    loop {
-        if t.rank() != 2 || t.dims()[1] != d || d == 0 || !d.is_multiple_of(4) || t.dtype() != DType::F32 {
-            return None;
-        }
-        if is_leaf(&t) {
-            return Some(t);
-        }
-        // A reshape that keeps rows of D (their values in order) is read through.
-        if !matches!(t.op(), Op::IndexSelect { axis: 0 } | Op::Reshape) {
-            return None;
-        }
-        let source = t.node().inputs[0].clone();
-        t = source;
-    }
-}
-
 /// [`render_segment`]'s sum a quad at a time (`shaders/segment_sum_vec4.wgsl`), for
 /// f32 values that are rows of a buffer gathered along rows (an EmbeddingBag's
 /// forward, its gradient's sum per distinct row). `None` otherwise.
@@ -85,8 +64,11 @@ fn render_segment_sum_quads(
     let Op::SegmentReduce { op: ReduceOp::Sum } = root.op() else { return Ok(None) };
     let ins = &root.node().inputs;
     let (values, offsets) = (&ins[0], &ins[1]);
-    let Some(table) = gathered_rows(values, is_leaf).filter(|_| root.dtype() == DType::F32) else { return Ok(None) };
     let d = values.dims()[1];
+    let quads = |(t, _): &(Tensor, Vec<Tensor>)| t.dtype() == DType::F32 && d.is_multiple_of(4);
+    let Some((table, _)) = gathered_rows(values, is_leaf).filter(quads).filter(|_| root.dtype() == DType::F32) else {
+        return Ok(None);
+    };
     let mut g = Gen::new(*caps, is_leaf);
     g.slot((root.numel() / 4) as u32);
     g.slot(d as u32);

@@ -8,7 +8,7 @@
 use super::buffer::{CpuBuffer, HostBuffer, Vals};
 use super::expr::{strides_of, Idx, Program, CHUNK};
 use super::{memory, par};
-use crate::graph::{Op, ReduceOp};
+use crate::graph::ReduceOp;
 use crate::{DType, Error, Result, Tensor};
 use std::sync::Arc;
 
@@ -339,54 +339,33 @@ pub(crate) fn segment(op: ReduceOp, values: &[f32], offsets: &[f64], d: usize) -
     }
 }
 
-/// The buffer `[R, D]` whose rows `values` (`[N, D]`) are, and which row of it each of
-/// the `N` is: `values` itself, or rows gathered from it by `index_select` along rows
-/// (once or several times over, through reshapes that keep rows of D). `None` for
-/// anything else. An index out of range is the error the gather would give.
+/// The buffer `[R, D]` whose rows `values` (`[N, D]`) are
+/// ([`gathered_rows`](crate::graph::schedule::gathered_rows)), and which row of it each
+/// of the `N` is. An index out of range is the error the gather would give.
 pub(crate) fn gathered_rows(
     values: &Tensor,
     is_leaf: &dyn Fn(&Tensor) -> bool,
     buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
 ) -> Result<Option<(Arc<CpuBuffer>, Vec<usize>)>> {
-    let Some(&d) = values.dims().get(1) else { return Ok(None) };
+    let Some((table, gathers)) = crate::graph::schedule::gathered_rows(values, is_leaf) else { return Ok(None) };
     let mut rows: Vec<usize> = (0..values.dims()[0]).collect();
-    let mut t = values.clone();
-    loop {
-        if t.rank() != 2 || t.dims()[1] != d || d == 0 {
+    for t in &gathers {
+        let (src, ids) = (&t.node().inputs[0], &t.node().inputs[1]);
+        let index = Program::compile(ids, false, is_leaf, buffer)?.run(ids.numel())?.to_f64(ids.numel());
+        let size = src.dims().first().copied().unwrap_or(0);
+        if rows.iter().any(|&r| r >= index.len()) {
             return Ok(None);
         }
-        if is_leaf(&t) {
-            return Ok(Some((buffer(&t)?, rows)));
-        }
-        match t.op() {
-            // Rows of D in order: the same row numbers.
-            Op::Reshape => {}
-            Op::IndexSelect { axis: 0 } => {
-                let (src, ids) = (&t.node().inputs[0], &t.node().inputs[1]);
-                let index = Program::compile(ids, false, is_leaf, buffer)?.run(ids.numel())?.to_f64(ids.numel());
-                let size = src.dims().first().copied().unwrap_or(0);
-                if rows.iter().any(|&r| r >= index.len()) {
-                    return Ok(None);
-                }
-                for r in rows.iter_mut() {
-                    let v = index[*r];
-                    if v < 0.0 || v as usize >= size {
-                        return Err(Error::IndexOutOfRange {
-                            op: "index_select",
-                            index: v as i64,
-                            axis: 0,
-                            size,
-                            location: t.location(),
-                        });
-                    }
-                    *r = v as usize;
-                }
+        for r in rows.iter_mut() {
+            let v = index[*r];
+            if v < 0.0 || v as usize >= size {
+                let location = t.location();
+                return Err(Error::IndexOutOfRange { op: "index_select", index: v as i64, axis: 0, size, location });
             }
-            _ => return Ok(None),
+            *r = v as usize;
         }
-        let next = t.node().inputs[0].clone();
-        t = next;
     }
+    Ok(Some((buffer(&table)?, rows)))
 }
 
 /// [`segment`]'s sum over rows of `table` (`[R, D]`): segment `s` sums rows
