@@ -406,10 +406,11 @@ fn concat_stack_and_indexing() {
 
 /// Whole quads read at their own index run the vec4 element-wise kernel (one vector load
 /// per input, one vector store): every dtype in and out, scalars, `arange` and `rand`
-/// lanes, and lengths of 4, 12 and 4,100 beside 4,099 (the scalar kernel).
+/// lanes, and lengths of 4, 12 and 4,100 beside 4,099 (the scalar kernel). On CPU
+/// adapters, 32-bit values move eight at a time (wide loads) at lengths of 16 and 4,104.
 #[test]
 fn whole_quads_every_dtype() {
-    for n in [4usize, 12, 4100, 4099] {
+    for n in [4usize, 12, 16, 4100, 4104, 4099] {
         check(&format!("quads n={n}"), |d| {
             let x = rand_t(&[n], 21, -3.0, 3.0, d);
             let y = rand_t(&[n], 22, -3.0, 3.0, d);
@@ -435,7 +436,8 @@ fn whole_quads_every_dtype() {
     }
 }
 
-/// Rows repeated over leading axes (a bias) are read a quad at a time too.
+/// Rows repeated over leading axes (a bias) are read a quad at a time too (eight at a time
+/// with wide loads, where the row is a multiple of 8 long).
 #[test]
 fn whole_quads_with_broadcast_rows() {
     check("quads with rows", |d| {
@@ -445,7 +447,12 @@ fn whole_quads_with_broadcast_rows() {
         let c = rand_t(&[3, 8], 26, -1.0, 1.0, d);
         let odd = rand_t(&[4, 6], 27, -1.0, 1.0, d);
         let col = rand_t(&[33, 1], 28, -1.0, 1.0, d);
+        let z = rand_t(&[9, 16], 30, -3.0, 3.0, d);
+        let r16 = rand_t(&[16], 31, -1.0, 1.0, d);
         vec![
+            (&z * &r16).tanh() - &r16,
+            (&z.cast(DType::I32) + &r16.cast(DType::I32)).cast(DType::F32),
+            z.gt(&r16),
             (&x + &b).relu(),
             (&x * &b.reshape([1, 12])).gelu() + &b,
             &y * &c - &c.exp(),
@@ -455,6 +462,49 @@ fn whole_quads_with_broadcast_rows() {
             &x + &col,
             &x + &b + &col,
         ]
+    });
+}
+
+/// On CPU adapters with 64-bit integers, 32-bit values move eight per storage access
+/// (`vec4<u64>`, wide loads): each 32-bit dtype in and out, a bias row of 16 and a row
+/// of 12 (quads), several outputs in one kernel, and lengths that are a multiple of 8,
+/// of 4 only, and neither. Each output also runs alone, as a single-output kernel.
+#[test]
+fn wide_loads_every_32_bit_dtype() {
+    let outputs = |d: &Device, n: usize| {
+        let x = rand_t(&[n], 41, -3.0, 3.0, d);
+        let y = rand_t(&[n], 42, -3.0, 3.0, d);
+        let ints: Vec<i32> = data(n, 43, -50.0, 50.0).iter().map(|v| *v as i32).collect();
+        let i = Tensor::from_slice(&ints, [n], d);
+        let u = Tensor::from_slice(&ints.iter().map(|v| v.unsigned_abs()).collect::<Vec<u32>>(), [n], d);
+        let m =
+            Tensor::from_slice(&ints.iter().map(|v| u32::from(*v > 0)).collect::<Vec<u32>>(), [n], d).cast(DType::Bool);
+        vec![
+            ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(),
+            &i * &i - 3.0,
+            (&u + &u) * 3.0,
+            m.logical_not(),
+            Tensor::where_(&m, &x, &y),
+            x.lt(&y),
+            i.cast(DType::F32) + &x,
+            m.cast(DType::F32) - &y,
+            Tensor::arange(0.0, n as f64, 1.0, DType::F32, d) * &x,
+            (&x * 4.0).cast(DType::I32) + &i,
+        ]
+    };
+    for n in [8usize, 16, 4104, 4100, 4099] {
+        check(&format!("wide loads n={n}, one kernel"), |d| outputs(d, n));
+        for k in 0..outputs(&Device::reference(), n).len() {
+            check(&format!("wide loads n={n}, output {k} alone"), |d| vec![outputs(d, n).swap_remove(k)]);
+        }
+    }
+    check("wide loads, repeated rows", |d| {
+        let z = rand_t(&[9, 16], 44, -3.0, 3.0, d);
+        let r16 = rand_t(&[16], 45, -1.0, 1.0, d);
+        let w = rand_t(&[6, 12], 46, -3.0, 3.0, d);
+        let r12 = rand_t(&[12], 47, -1.0, 1.0, d);
+        let ri = Tensor::from_slice(&(0..16).map(|v| v - 8).collect::<Vec<i32>>(), [16], d);
+        vec![(&z * &r16).tanh() - &r16, (&z * 4.0).cast(DType::I32) + &ri, z.gt(&r16), &w * &r12]
     });
 }
 
@@ -504,7 +554,7 @@ fn sibling_outputs_in_one_kernel() {
     // by another, repeated rows, odd lengths.
     check("siblings", |d| {
         let mut out = Vec::new();
-        for n in [12usize, 4100, 4099] {
+        for n in [12usize, 16, 4100, 4104, 4099] {
             let x = rand_t(&[n], n as u64, -1.0, 1.0, d);
             let y = rand_t(&[n], n as u64 + 1, -1.0, 1.0, d);
             let a = (&x * 2.0 + &y).tanh();

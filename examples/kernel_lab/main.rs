@@ -53,7 +53,8 @@ fn run() -> Result<(), String> {
         eprintln!("{:#?}", adapter.limits());
     }
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+        required_features: adapter.features()
+            & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::SHADER_INT64),
         required_limits: adapter.limits(),
         ..Default::default()
     }))

@@ -128,8 +128,12 @@ pub(crate) struct Gen<'a> {
     pub param_leaves: bool,
     pub params_ok: bool,
     /// In `param_leaves` mode, per leaf read through a broadcast over leading axes: the
-    /// meta slot holding its length in quads (the quad kernel loads quad `q % len`).
+    /// meta slot holding its length in vectors (the vector kernel loads `q % len`).
     pub param_period: HashMap<usize, usize>,
+    /// In `param_leaves` mode, the values per vector load: 4 (a quad), or 8 where the
+    /// kernel loads 32-bit values as `vec4<u64>` (`ShaderCaps::wide_loads`). A repeated
+    /// row must be a whole number of vectors long.
+    pub param_lanes: usize,
     /// In `param_leaves` mode, the leaves read at `i` itself.
     param_direct: std::collections::HashSet<usize>,
     /// In `param_leaves` mode, whether a permute that keeps the innermost axis (a
@@ -186,6 +190,7 @@ impl<'a> Gen<'a> {
             param_leaves: false,
             params_ok: true,
             param_period: HashMap::new(),
+            param_lanes: 4,
             param_direct: Default::default(),
             quad_permute: false,
             permute_quad: None,
@@ -890,7 +895,7 @@ impl<'a> Gen<'a> {
             self.param_permuted.insert(k);
         }
         if !self.param_period.contains_key(&k) {
-            self.meta.push((len / 4) as u32);
+            self.meta.push((len / self.param_lanes) as u32);
             self.param_period.insert(k, self.meta.len() - 1);
         }
         Some(format!("p{k}"))
@@ -981,7 +986,7 @@ impl<'a> Gen<'a> {
         let len: usize = tail.iter().product();
         (tail.len() <= td.len()
             && td[td.len() - tail.len()..] == *tail
-            && len.is_multiple_of(4)
+            && len.is_multiple_of(self.param_lanes)
             && len > 0
             && src.numel() == len)
             .then_some((src, len))

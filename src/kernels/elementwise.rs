@@ -24,8 +24,10 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.decide_windows(root.storage_bytes());
     let quads = n > 0 && n.is_multiple_of(4) && !g.emit_windows && g.no_quantised_leaves();
     if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
-        if let Some(spec) = render_quads(root, is_leaf, caps)? {
-            return Ok(spec);
+        for lanes in Lanes::for_len(n, caps) {
+            if let Some(spec) = render_vectors(root, is_leaf, lanes)? {
+                return Ok(spec);
+            }
         }
     }
     let body = std::mem::take(&mut g.body);
@@ -78,54 +80,132 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     Ok(spec)
 }
 
-/// The vec4 variant: `root` has a multiple of 4 elements, fits one binding, and every
-/// leaf is read only at the output's own index or is a row (a whole number of quads)
-/// repeated over leading axes. Each invocation loads a quad of every
-/// input as one vector, evaluates the expression per lane (the leaves are parameters of
-/// `eval_out`) and stores one vector: a quarter of the loads, stores and bounds checks,
-/// and no per-element index arithmetic. `None` if some leaf turns out not to qualify.
-fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
+/// How a vector kernel moves values: a quad (4 values) per storage access, in the
+/// dtype's own vector, or eight 32-bit values as one `vec4<u64>` ([`ShaderCaps::wide_loads`]).
+#[derive(Clone, Copy)]
+struct Lanes {
+    wide: bool,
+    caps: ShaderCaps,
+}
+
+const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+impl Lanes {
+    /// The forms to try for `n` elements (a multiple of 4), widest first.
+    fn for_len(n: usize, caps: &ShaderCaps) -> Vec<Lanes> {
+        let wide = caps.wide_loads && n.is_multiple_of(8);
+        [true, false].into_iter().filter(|&w| wide || !w).map(|wide| Lanes { wide, caps: *caps }).collect()
+    }
+
+    /// Values per vector.
+    fn width(self) -> usize {
+        if self.wide {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// Whether values of `t` move this way: quads take every dtype, wide loads 32-bit ones.
+    fn takes(self, t: DType) -> bool {
+        !self.wide || matches!(t, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+    }
+
+    /// The WGSL type of one vector of `t`.
+    fn vec_type(self, t: DType) -> &'static str {
+        match t {
+            _ if self.wide => "vec4<u64>",
+            DType::F32 => "vec4<f32>",
+            DType::I32 => "vec4<i32>",
+            DType::F16 if self.caps.native_f16 => "vec4<f16>",
+            DType::F16 => "vec2<u32>",
+            _ => "vec4<u32>",
+        }
+    }
+
+    /// Lane `c` of the loaded vector `a`, in `t`'s compute type.
+    fn read(self, t: DType, a: &str, c: usize) -> String {
+        if self.wide {
+            let word = format!("{a}.{}", XYZW[c / 2]);
+            let bits = match c % 2 {
+                0 => format!("u32({word} & 0xfffffffflu)"),
+                _ => format!("u32({word} >> 32u)"),
+            };
+            return match t {
+                DType::Bool => format!("({bits} != 0u)"),
+                DType::F32 => format!("bitcast<f32>({bits})"),
+                DType::I32 => format!("bitcast<i32>({bits})"),
+                _ => bits,
+            };
+        }
+        match t {
+            DType::Bool => format!("({a}.{} != 0u)", XYZW[c]),
+            DType::F16 if self.caps.native_f16 => format!("f32({a}.{})", XYZW[c]),
+            DType::F16 => format!("unpack2x16float({a}.{})[{}u]", XYZW[c / 2], c % 2),
+            _ => format!("{a}.{}", XYZW[c]),
+        }
+    }
+
+    /// The vector of `t` that stores `values`, one per lane in `t`'s compute type.
+    fn pack(self, t: DType, values: &[String]) -> String {
+        let store = |e: &String| match t {
+            DType::Bool => format!("select(0u, 1u, {e})"),
+            _ => format!("{}({e})", storage_type(t, &self.caps)),
+        };
+        if self.wide {
+            let bits = |e: &String| match t {
+                DType::F32 | DType::I32 => format!("bitcast<u32>({})", store(e)),
+                _ => store(e),
+            };
+            let words: Vec<String> =
+                values.chunks(2).map(|p| format!("(u64({}) | (u64({}) << 32u))", bits(&p[0]), bits(&p[1]))).collect();
+            return format!("vec4<u64>({})", words.join(", "));
+        }
+        if t == DType::F16 && !self.caps.native_f16 {
+            let pair = |a: &String, b: &String| format!("pack2x16float(vec2<f32>({a}, {b}))");
+            return format!("vec2<u32>({}, {})", pair(&values[0], &values[1]), pair(&values[2], &values[3]));
+        }
+        let lanes: Vec<String> = values.iter().map(store).collect();
+        format!("{}({})", self.vec_type(t), lanes.join(", "))
+    }
+}
+
+/// The vector variant: `root` has a whole number of vectors ([`Lanes`]), fits one
+/// binding, and every leaf is read only at the output's own index or is a row (a whole
+/// number of vectors) repeated over leading axes; under quads, also through a permute
+/// that keeps the innermost axis. Each invocation loads a vector of every input,
+/// evaluates the expression per lane (the leaves are parameters of `eval_out`) and
+/// stores one vector: a quarter (an eighth) of the loads, stores and bounds checks, and
+/// no per-element index arithmetic. `None` if some leaf turns out not to qualify.
+fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes) -> Result<Option<KernelSpec>> {
+    let caps = &lanes.caps;
+    let w = lanes.width();
     let mut g = Gen::new(*caps, is_leaf);
     let n = root.numel();
-    g.slot((n / 4) as u32); // meta[0]: quad count
+    g.slot((n / w) as u32); // meta[0]: vector count
     g.windows = true;
     g.param_leaves = true;
-    g.quad_permute = true;
+    g.param_lanes = w;
+    g.quad_permute = !lanes.wide;
     let v = g.eval(root, &Ix::lin("i"), true);
-    if !g.params_ok || !g.no_quantised_leaves() {
+    let dt = root.dtype();
+    if !g.params_ok || !g.no_quantised_leaves() || !lanes.takes(dt) || !g.leaves.iter().all(|l| lanes.takes(l.dtype()))
+    {
         return Ok(None);
     }
     let body = std::mem::take(&mut g.body);
-    let dt = root.dtype();
-    let packed = dt == DType::F16 && !caps.native_f16;
     if dt == DType::F16 {
         g.uses_f16 = true;
     }
-    // Per dtype: the vector a quad is stored as, and how lane `c` of loaded value `a`
-    // reads in the compute type.
-    let vec_type = |t: DType| match t {
-        DType::F32 => "vec4<f32>",
-        DType::I32 => "vec4<i32>",
-        DType::F16 if caps.native_f16 => "vec4<f16>",
-        DType::F16 => "vec2<u32>",
-        _ => "vec4<u32>",
-    };
-    const LANE: [&str; 4] = ["x", "y", "z", "w"];
-    let lane = |t: DType, a: &str, c: usize| match t {
-        DType::Bool => format!("({a}.{} != 0u)", LANE[c]),
-        DType::F16 if caps.native_f16 => format!("f32({a}.{})", LANE[c]),
-        DType::F16 => format!("unpack2x16float({a}.{})[{}u]", LANE[c / 2], c % 2),
-        _ => format!("{a}.{}", LANE[c]),
-    };
-    let mut src = header_with_out(g.meta.len(), vec_type(dt), g.uses_f16, caps);
+    let mut src = header_with_out(g.meta.len(), lanes.vec_type(dt), g.uses_f16, caps);
     let mut params = vec!["i: u32".to_string()];
     let mut loads = String::new();
-    let mut args = vec![String::new(); 4];
+    let mut args = vec![String::new(); w];
     for (k, t) in g.leaves.iter().enumerate() {
         src.push_str(&format!(
             "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
             2 + k,
-            vec_type(t.dtype())
+            lanes.vec_type(t.dtype())
         ));
         params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
         // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
@@ -135,7 +215,7 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
             None => loads.push_str(&format!("    let a{k} = in{k}[{q}];\n")),
         }
         for (c, a) in args.iter_mut().enumerate() {
-            a.push_str(&format!(", {}", lane(t.dtype(), &format!("a{k}"), c)));
+            a.push_str(&format!(", {}", lanes.read(t.dtype(), &format!("a{k}"), c)));
         }
     }
     src.push_str(&g.support(2 + g.leaves.len() as u32));
@@ -144,37 +224,25 @@ fn render_quads(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderC
         params.join(", "),
         super::compute_type(dt)
     ));
-    let lanes: Vec<String> = (0..4)
+    let values: Vec<String> = (0..w)
         .map(|c| {
             let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
-            let e = format!("eval_out({i}{})", args[c]);
-            match dt {
-                DType::Bool => format!("select(0u, 1u, {e})"),
-                DType::F16 if packed => e,
-                _ => format!("{}({e})", storage_type(dt, caps)),
-            }
+            format!("eval_out({i}{})", args[c])
         })
         .collect();
-    let value = if packed {
-        format!(
-            "vec2<u32>(pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})))",
-            lanes[0], lanes[1], lanes[2], lanes[3]
-        )
-    } else {
-        format!("{}({})", vec_type(dt), lanes.join(", "))
-    };
+    let value = lanes.pack(dt, &values);
     let pq = g.permute_quad.as_ref().map(|e| format!("    let pq = {e};\n")).unwrap_or_default();
     src.push_str(&format!(
-        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{pq}{loads}    out[q] = {value};\n}}\n"
+        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = {w}u * q;\n{pq}{loads}    out[q] = {value};\n}}\n"
     ));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
     let label = label(&g.ops);
-    let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
+    let workgroups = fold_groups(((n / w) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
-    // Trusted (no runtime bounds checks): every access is at quad `q < n / 4` of the
+    // Trusted (no runtime bounds checks): every access is at vector `q < n / w` of the
     // output and of inputs read at its own index (which hold at least its element count),
-    // or at `q % len` of a repeated row of `len` quads; gathers never take this kernel.
+    // or at `q % len` of a repeated row of `len` vectors; gathers never take this kernel.
     spec.trusted = std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
     Ok(Some(spec))
 }
@@ -193,43 +261,51 @@ pub fn render_siblings(
     let inner = |t: &Tensor| is_leaf(t) && !ids.contains(&t.id());
     let n = roots[0].numel();
     if n > 0 && n.is_multiple_of(4) && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
-        if let Some(spec) = render_multi(roots, &inner, caps, true)? {
-            return Ok(vec![spec]);
+        for lanes in Lanes::for_len(n, caps) {
+            if let Some(spec) = render_multi(roots, &inner, caps, Some(lanes))? {
+                return Ok(vec![spec]);
+            }
         }
     }
-    if let Some(spec) = render_multi(roots, &inner, caps, false)? {
+    if let Some(spec) = render_multi(roots, &inner, caps, None)? {
         return Ok(vec![spec]);
     }
     roots.iter().map(|r| render(r, is_leaf, caps)).collect()
 }
 
-/// The multi-output kernel of [`render_siblings`], over quads (`quads`, the vec4 form of
-/// [`render_quads`]) or element by element; `None` where it does not apply.
+/// The multi-output kernel of [`render_siblings`], over vectors (`lanes`, the form of
+/// [`render_vectors`]) or element by element (`None`); `None` where it does not apply.
 fn render_multi(
     roots: &[Tensor],
     is_leaf: &dyn Fn(&Tensor) -> bool,
     caps: &ShaderCaps,
-    quads: bool,
+    lanes: Option<Lanes>,
 ) -> Result<Option<KernelSpec>> {
     let mut g = Gen::new(*caps, is_leaf);
     let n = roots[0].numel();
-    g.slot(if quads { n / 4 } else { n } as u32); // meta[0]: quad or element count
-    if !quads {
+    let w = lanes.map_or(1, |l| l.width());
+    g.slot((n / w) as u32); // meta[0]: vector or element count
+    if lanes.is_none() {
         // meta[1], meta[2]: the scalar entry point's first thread and output base (0:
         // a multi-output kernel is one dispatch over whole buffers).
         g.slot(0);
         g.slot(0);
     }
     g.windows = true;
-    g.param_leaves = quads;
+    g.param_leaves = lanes.is_some();
+    g.param_lanes = w.max(4);
     let vals: Vec<String> = roots.iter().map(|r| g.eval(r, &Ix::lin("i"), true)).collect();
     let biggest = roots.iter().map(|r| r.storage_bytes()).max().unwrap_or(0);
     g.decide_windows(biggest);
     let packed = |t: &Tensor| t.dtype() == DType::F16 && !caps.native_f16;
     let ok = !g.emit_windows
         && g.checks.is_empty()
-        && (!quads || (g.params_ok && g.no_quantised_leaves()))
-        && (quads || !roots.iter().any(packed));
+        && match lanes {
+            Some(l) => {
+                g.params_ok && g.no_quantised_leaves() && roots.iter().chain(&g.leaves).all(|t| l.takes(t.dtype()))
+            }
+            None => !roots.iter().any(packed),
+        };
     if !ok {
         return Ok(None);
     }
@@ -237,27 +313,22 @@ fn render_multi(
     if roots.iter().any(|r| r.dtype() == DType::F16) {
         g.uses_f16 = true;
     }
-    let vec_type = |t: DType| match t {
-        DType::F32 => "vec4<f32>",
-        DType::I32 => "vec4<i32>",
-        DType::F16 if caps.native_f16 => "vec4<f16>",
-        DType::F16 => "vec2<u32>",
-        _ => "vec4<u32>",
+    let elem_type = |t: DType| match lanes {
+        Some(l) => l.vec_type(t),
+        None => storage_type(t, caps),
     };
-    let elem_type = |t: DType| if quads { vec_type(t) } else { storage_type(t, caps) };
     let mut src = header_with_out(g.meta.len(), elem_type(roots[0].dtype()), g.uses_f16, caps);
     // Inputs at 2.., then the further outputs.
     let leaves = g.leaves.len();
     let mut params = vec!["i: u32".to_string()];
     let mut loads = String::new();
-    let mut args = vec![String::new(); 4];
-    const LANE: [&str; 4] = ["x", "y", "z", "w"];
-    for (k, t) in g.leaves.iter().enumerate() {
-        if quads {
+    let mut args = vec![String::new(); w];
+    if let Some(l) = lanes {
+        for (k, t) in g.leaves.iter().enumerate() {
             src.push_str(&format!(
                 "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
                 2 + k,
-                vec_type(t.dtype())
+                l.vec_type(t.dtype())
             ));
             params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
             match g.param_period.get(&k) {
@@ -265,17 +336,10 @@ fn render_multi(
                 None => loads.push_str(&format!("    let a{k} = in{k}[q];\n")),
             }
             for (c, a) in args.iter_mut().enumerate() {
-                let v = format!("a{k}");
-                a.push_str(&match t.dtype() {
-                    DType::Bool => format!(", ({v}.{} != 0u)", LANE[c]),
-                    DType::F16 if caps.native_f16 => format!(", f32({v}.{})", LANE[c]),
-                    DType::F16 => format!(", unpack2x16float({v}.{})[{}u]", LANE[c / 2], c % 2),
-                    _ => format!(", {v}.{}", LANE[c]),
-                });
+                a.push_str(&format!(", {}", l.read(t.dtype(), &format!("a{k}"), c)));
             }
         }
-    }
-    if !quads {
+    } else {
         src.push_str(&g.leaf_decls());
     }
     for (j, r) in roots.iter().enumerate().skip(1) {
@@ -295,34 +359,26 @@ fn render_multi(
         vals.join(", ")
     ));
     let name = |j: usize| if j == 0 { "out".to_string() } else { format!("out{j}") };
-    let store = |t: DType, e: String| match t {
-        DType::Bool => format!("select(0u, 1u, {e})"),
-        _ => format!("{}({e})", storage_type(t, caps)),
-    };
-    if quads {
+    if let Some(l) = lanes {
         let mut body = String::new();
         for (c, a) in args.iter().enumerate() {
             let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
             body.push_str(&format!("    let r{c} = eval_out({i}{a});\n"));
         }
         for (j, r) in roots.iter().enumerate() {
-            let dt = r.dtype();
-            let value = if packed(r) {
-                format!(
-                    "vec2<u32>(pack2x16float(vec2<f32>(r0.o{j}, r1.o{j})), pack2x16float(vec2<f32>(r2.o{j}, r3.o{j})))"
-                )
-            } else {
-                let lanes: Vec<String> = (0..4).map(|c| store(dt, format!("r{c}.o{j}"))).collect();
-                format!("{}({})", vec_type(dt), lanes.join(", "))
-            };
-            body.push_str(&format!("    {}[q] = {value};\n", name(j)));
+            let values: Vec<String> = (0..w).map(|c| format!("r{c}.o{j}")).collect();
+            body.push_str(&format!("    {}[q] = {};\n", name(j), l.pack(r.dtype(), &values)));
         }
         src.push_str(&format!(
-            "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{loads}{body}}}\n"
+            "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = {w}u * q;\n{loads}{body}}}\n"
         ));
         src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
         src.push_str(sources::ELEMENTWISE_VEC4);
     } else {
+        let store = |t: DType, e: String| match t {
+            DType::Bool => format!("select(0u, 1u, {e})"),
+            _ => format!("{}({e})", storage_type(t, caps)),
+        };
         let mut body = String::from("    if (i >= m(0u)) { return; }\n    let r = eval_out(i);\n");
         for (j, r) in roots.iter().enumerate() {
             body.push_str(&format!("    {}[i] = {};\n", name(j), store(r.dtype(), format!("r.o{j}"))));
@@ -333,14 +389,13 @@ fn render_multi(
     }
     let label = format!("multi{}_{}", roots.len(), label(&g.ops));
     let per_group = WG as u64 * EPT as u64;
-    let units = if quads { n / 4 } else { n } as u64;
-    let workgroups = fold_groups(units.div_ceil(per_group), caps, &label)?;
+    let workgroups = fold_groups(((n / w) as u64).div_ceil(per_group), caps, &label)?;
     let mut spec = g.finish(label, src, &roots[0], workgroups);
     spec.extra_outputs = roots[1..].to_vec();
     // Trusted as the single-output kernels of the same form: every access is at the
-    // output's own index (quad) or a repeated row's, and gathers are bounds-checked
+    // output's own index (vector) or a repeated row's, and gathers are bounds-checked
     // (kernels with checks do not take this form).
-    spec.trusted = quads && std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
+    spec.trusted = lanes.is_some() && std::env::var("TESSERA_VEC4_CHECKED").as_deref() != Ok("1");
     Ok(Some(spec))
 }
 
@@ -400,5 +455,31 @@ mod tests {
         // Where a tensor may exceed a binding (window mode), the scalar kernel.
         let windowed = all_caps()[4];
         assert!(!source(&(xs.exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
+    }
+
+    #[test]
+    fn wide_loads_take_eight_32_bit_values_per_access() {
+        let d = Device::cpu();
+        let caps = crate::kernels::ShaderCaps { wide_loads: true, ..all_caps()[2] };
+        let x = Tensor::rand([4, 8], 1, &d);
+        let row8 = Tensor::rand([8], 2, &d);
+        let row4 = Tensor::rand([4], 3, &d);
+        let y = Tensor::rand([12], 4, &d);
+        crate::read_all_blocking(&[x.clone(), row8.clone(), row4.clone(), y.clone()]).expect("realise");
+        let wide = |t: &Tensor| source(t, &caps).contains("array<vec4<u64>>");
+        for (what, t, expect) in [
+            ("the chain", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), true),
+            ("i32 out", (&x * 4.0).cast(DType::I32), true),
+            ("bool out", x.gt_scalar(0.5), true),
+            ("a row of 8 repeated", (&x + &row8).relu(), true),
+            ("a row of 4 repeated: quads", &x.reshape([8, 4]) + &row4, false),
+            ("f16 out: quads", x.cast(DType::F16), false),
+            ("12 elements: quads", &y + 1.0, false),
+            ("a head split: quads", x.reshape([2, 2, 2, 4]).permute(&[0, 2, 1, 3]) + 1.0, false),
+        ] {
+            assert_eq!(wide(&t), expect, "{what}:\n{}", source(&t, &caps));
+        }
+        let no_wide = crate::kernels::ShaderCaps { wide_loads: false, ..caps };
+        assert!(!source(&x.exp(), &no_wide).contains("array<vec4<u64>>"), "adapters without wide loads never see u64");
     }
 }

@@ -18,6 +18,7 @@ pub fn all_caps() -> [ShaderCaps; 10] {
         implicit_gemm: !direct_matmul,
         max_binding,
         subgroup_min: 0,
+        wide_loads: false,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -28,8 +29,8 @@ pub fn all_caps() -> [ShaderCaps; 10] {
         caps(false, true, (8, 4), 0),
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (4, 4), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (4, 4), 1 << 30) },
-        ShaderCaps { subgroup_min: 8, ..caps(true, true, (8, 4), 1 << 30) },
-        ShaderCaps { subgroup_min: 8, ..caps(false, true, (8, 2), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(true, true, (8, 4), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(false, true, (8, 2), 1 << 30) },
     ]
 }
 
@@ -126,6 +127,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
         Tensor::arange(0.0, 8.0, 1.0, DType::F32, &d) * &fq,
         Tensor::rand([8], 2, &d),
         (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
+        // A row of 8 repeated: wide loads (`ShaderCaps::wide_loads`) read it 8 at a time.
+        (&Tensor::from_slice(&[0.5f32; 16], [2, 8], &d) + &fq.reshape([8])).relu(),
     ]);
     for src in [&fq, &hq, &iq, &uq, &mq] {
         for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
@@ -372,6 +375,9 @@ mod tests {
         if native_f16 {
             caps |= naga::valid::Capabilities::SHADER_FLOAT16;
         }
+        if spec.source.contains("u64") {
+            caps |= naga::valid::Capabilities::SHADER_INT64;
+        }
         let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
             .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
             .subgroup_operations(naga::valid::SubgroupOperationSet::all())
@@ -423,6 +429,13 @@ mod tests {
             .iter()
             .all(|l| specs.iter().any(|s| s.label == *l && s.extra_aliases.len() == s.extra_outputs.len()));
             assert!(grouped || caps.max_binding == 0, "row writes over the same rows in one kernel are covered");
+            // Wide loads: every 32-bit dtype in and out, a repeated row, several outputs.
+            let wide: Vec<&KernelSpec> = specs.iter().filter(|s| s.source.contains("array<vec4<u64>>")).collect();
+            let covered = ["bitcast<f32>", "bitcast<i32>", "!= 0u)", "in1[q % m("]
+                .iter()
+                .all(|w| wide.iter().any(|s| s.source.contains(w)))
+                && wide.iter().any(|s| !s.extra_outputs.is_empty());
+            assert_eq!(covered, caps.wide_loads, "wide element-wise kernels are covered where the caps allow them");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
