@@ -569,6 +569,45 @@ fn sibling_outputs_in_one_kernel() {
     });
 }
 
+/// On CPU adapters with subgroups and 64-bit integers, f32 products whose A is [M, K]
+/// with K % 8 == 0 load 8 values at a time (`matmul_direct_wide.wgsl`): B as [K, N] with
+/// N % 8 == 0 or as [N, K]; rows past whole tiles, column blocks with idle lanes,
+/// batches, one k-step and many, and epilogues.
+#[test]
+fn wide_matmul_shapes() {
+    let cases: [(&[usize], &[usize], bool); 9] = [
+        (&[24, 16], &[16, 40], false),
+        (&[2, 33, 64], &[64, 72], false),
+        (&[70, 8], &[8, 264], false),
+        (&[100, 256], &[256, 136], false),
+        (&[20, 24], &[100, 24], true),
+        (&[129, 32], &[200, 32], true),
+        (&[3, 17, 16], &[3, 40, 16], true),
+        (&[9, 8], &[30, 8], true),
+        (&[2, 45, 40], &[1, 96, 40], true),
+    ];
+    for (k, (a, b, trans_b)) in cases.iter().enumerate() {
+        let kd = a[a.len() - 1];
+        check_with(
+            &format!("wide matmul {a:?} @ {b:?}{}", if *trans_b { "^T" } else { "" }),
+            Some(Tol::for_dtype(DType::F32).scaled(kd)),
+            |d| {
+                let x = rand_t(a, 60 + k as u64, -1.0, 1.0, d);
+                let y = rand_t(b, 80 + k as u64, -1.0, 1.0, d);
+                let y = if *trans_b { y.transpose(-1, -2) } else { y };
+                vec![x.matmul(&y)]
+            },
+        );
+    }
+    check_with("wide matmul epilogues", Some(Tol { atol: 1e-4, rtol: 1e-5 }), |d| {
+        let x = rand_t(&[24, 16], 90, -1.0, 1.0, d);
+        let w = rand_t(&[48, 16], 91, -1.0, 1.0, d);
+        let bias = rand_t(&[48], 92, -1.0, 1.0, d);
+        let res = rand_t(&[24, 48], 93, -1.0, 1.0, d);
+        vec![(x.matmul(&w.t()) + &bias).gelu() + &res, x.matmul(&rand_t(&[16, 48], 94, -1.0, 1.0, d)).relu() * 2.0]
+    });
+}
+
 #[test]
 fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide

@@ -248,9 +248,34 @@ pub fn render(
             && (!trans_a || m % 4 == 0)
             && (trans_b || n % 4 == 0)
             && std::env::var("TESSERA_MATMUL_VEC4").as_deref() != Ok("0"));
+    // A loaded once per subgroup and shared by shuffles (every subgroup 8 lanes or more).
+    let subgroup = caps.direct_matmul
+        && vec4
+        && caps.subgroup_min >= 8
+        && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0");
+    // Its wide form: f32 operands loaded 8 values at a time (`matmul_direct_wide.wgsl`).
+    let wide = subgroup
+        && caps.wide_loads
+        && !quant_subgroup
+        && a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && !trans_a
+        && m > 8
+        && k % 8 == 0
+        && (trans_b || n % 8 == 0)
+        && std::env::var("TESSERA_MATMUL_WIDE").as_deref() != Ok("0");
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         let binding = 2 + i as u32;
         let var = format!("in_{name}");
+        if wide {
+            src.push_str(&format!(
+                "@group(0) @binding({binding}) var<storage, read> {var}: array<vec4<u64>>;\n\
+                 fn ld8_{name}(q: u32) -> Oct {{\n    let w = {var}[q];\n    return Oct({}, {});\n}}\n",
+                "vec4<f32>(bitcast<f32>(u32(w.x & 0xfffffffflu)), bitcast<f32>(u32(w.x >> 32u)), bitcast<f32>(u32(w.y & 0xfffffffflu)), bitcast<f32>(u32(w.y >> 32u)))",
+                "vec4<f32>(bitcast<f32>(u32(w.z & 0xfffffffflu)), bitcast<f32>(u32(w.z >> 32u)), bitcast<f32>(u32(w.w & 0xfffffffflu)), bitcast<f32>(u32(w.w >> 32u)))"
+            ));
+            continue;
+        }
         // The vec4 kernel reads groups of 4: a vec4<f32>, 4 halves as two u32 words (the
         // same bits whether the adapter stores f16 natively or packed), or quant words.
         if vec4 && !t.dtype().is_quantized() {
@@ -265,12 +290,9 @@ pub fn render(
             src.push_str(&load_fn(&format!("ld_{name}"), &var, t.dtype(), caps, qoff[i].as_deref()));
         }
     }
-    // A loaded once per subgroup and shared by shuffles (every subgroup 8 lanes or more).
-    let subgroup = caps.direct_matmul
-        && vec4
-        && caps.subgroup_min >= 8
-        && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0");
-    let (tm, tn, bm, bn) = if subgroup {
+    let (tm, tn, bm, bn) = if wide {
+        wide_tiles(m, n, &mut src)
+    } else if subgroup {
         subgroup_tiles(m, n, caps, &mut src)
     } else {
         tiles(m, n, vec4, caps.direct_matmul, caps, &mut src)
@@ -290,6 +312,7 @@ pub fn render(
         src.push_str(sources::MATMUL_DIRECT_ROWS);
     }
     src.push_str(match (caps.direct_matmul, vec4) {
+        (true, true) if wide => sources::MATMUL_DIRECT_WIDE,
         (true, true) if subgroup => sources::MATMUL_DIRECT_SUBGROUP,
         (true, true) => sources::MATMUL_DIRECT_VEC4,
         (true, false) => sources::MATMUL_DIRECT,
@@ -299,6 +322,7 @@ pub fn render(
     let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
     let kind = match (caps.direct_matmul, vec4) {
+        (true, true) if wide => "direct8sg_",
         (true, true) if subgroup => "direct4sg_",
         (true, true) => "direct4_",
         (true, false) => "direct_",
@@ -493,6 +517,26 @@ fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (u
     }
     src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
     (tm, 4, tm, lanes * 4)
+}
+
+/// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
+/// (the block width that leaves the fewest columns idle), and TM a multiple of 8 up to
+/// 32 (`TESSERA_MATMUL_ROWS` up to 64), lowered while the product would have fewer than
+/// 4 workgroups. (Lavapipe, 1024^3: 64 rows about 64 GFLOP/s, 32 rows about 55; but
+/// LLVM compiles the 64-row kernel much slower: MiniLM's first batch of 32 took 37 s
+/// cold with 64 rows, 14 s with 32, 12 s with the quad kernel.)
+fn wide_tiles(m: usize, n: usize, src: &mut String) -> (usize, usize, usize, usize) {
+    let idle = |lanes: usize| n.div_ceil(8 * lanes) * 8 * lanes - n;
+    let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
+    let col_groups = n.div_ceil(lanes * 8).max(1);
+    let cap =
+        std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32).clamp(8, 64);
+    let mut tm = m.next_multiple_of(8).min(cap / 8 * 8);
+    while tm > 8 && m.div_ceil(tm) * col_groups < 4 {
+        tm -= 8;
+    }
+    src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
+    (tm, 8, tm, lanes * 8)
 }
 
 /// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.

@@ -36,6 +36,11 @@ pub mod sources {
     pub const MATMUL_DIRECT_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_vec4.wgsl"));
     pub const MATMUL_DIRECT_SUBGROUP: &str =
         include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_subgroup.wgsl"));
+    /// Only CPU adapters with 64-bit integers take it, never the browser build.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const MATMUL_DIRECT_WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_wide.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const MATMUL_DIRECT_WIDE: &str = "";
     pub const MATMUL_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_vec4.wgsl"));
     pub const ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl"));
     pub const NORM: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));

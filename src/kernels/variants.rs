@@ -127,6 +127,11 @@ pub fn covering_graphs() -> Vec<Tensor> {
         Tensor::arange(0.0, 8.0, 1.0, DType::F32, &d) * &fq,
         Tensor::rand([8], 2, &d),
         (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
+        // Wide matmuls (f32, K % 8 == 0, more than 8 rows): B [K, N] and [N, K].
+        Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 128], [8, 16], &d)),
+        (Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 160], [20, 8], &d).t())
+            + 1.0)
+            .relu(),
         // A row of 8 repeated: wide loads (`ShaderCaps::wide_loads`) read it 8 at a time.
         (&Tensor::from_slice(&[0.5f32; 16], [2, 8], &d) + &fq.reshape([8])).relu(),
     ]);
@@ -436,6 +441,10 @@ mod tests {
                 .all(|w| wide.iter().any(|s| s.source.contains(w)))
                 && wide.iter().any(|s| !s.extra_outputs.is_empty());
             assert_eq!(covered, caps.wide_loads, "wide element-wise kernels are covered where the caps allow them");
+            let wide_mm = ["matmul_direct8sg_f32_8x64_nn", "matmul_direct8sg_f32_8x64_nt"]
+                .iter()
+                .all(|l| specs.iter().any(|s| s.label.starts_with(l)));
+            assert_eq!(wide_mm, caps.wide_loads, "wide matmuls are covered where the caps allow them");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
