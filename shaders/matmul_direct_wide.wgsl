@@ -1,6 +1,6 @@
 // The subgroup matmul of `matmul_direct_subgroup.wgsl` with eight values per storage
 // load (`ShaderCaps::wide_loads`): f32 A and B bound as `array<vec4<u64>>`, and
-// `ld8_a`/`ld8_b` (generated) unpack one load into two vec4s. On lavapipe a storage load
+// `ld8_a`/`ld8_b` (generated) unpack one load into two vec4s with `oct`. On lavapipe a storage load
 // is a loop over the SIMD lanes, and that loop bounds a matmul: here each lane owns 8
 // consecutive columns and K advances 8 at a time, so a k-step of 8 costs 8 load loops
 // for B per 8 columns and one per 8 rows for A, where the quad kernel spends 8 per 4
@@ -14,6 +14,13 @@
 struct Oct {
     lo: vec4<f32>,
     hi: vec4<f32>,
+}
+
+// The 8 floats of one wide load, in order (each u64 holds two, the first in its low half).
+fn oct(w: vec4<u64>) -> Oct {
+    let l = vec4<u32>(w & vec4<u64>(0xfffffffflu));
+    let h = vec4<u32>(w >> vec4<u32>(32u));
+    return Oct(bitcast<vec4<f32>>(vec4<u32>(l.x, h.x, l.y, h.y)), bitcast<vec4<f32>>(vec4<u32>(l.z, h.z, l.w, h.w)));
 }
 
 // One group of 8 rows: row i's columns c0 .. c0 + 3 in a{i}, c0 + 4 .. c0 + 7 in d{i}.

@@ -146,12 +146,36 @@ impl Lanes {
         }
     }
 
+    /// The loads of every leaf of `g` as vectors, declared in `src`: the parameters of
+    /// `eval_out`, the statements loading vector `q` (or the permute input's `pq`, or
+    /// `q % len` of a repeated row), and per lane the arguments that pass the leaves.
+    fn bind_leaves(self, g: &Gen, src: &mut String) -> (Vec<String>, String, Vec<String>) {
+        let mut params = vec!["i: u32".to_string()];
+        let mut loads = String::new();
+        let mut args = vec![String::new(); self.width()];
+        for (k, t) in g.leaves.iter().enumerate() {
+            src.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
+                2 + k,
+                self.vec_type(t.dtype())
+            ));
+            params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
+            // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
+            let q = if g.param_permuted.contains(&k) { "pq" } else { "q" };
+            match g.param_period.get(&k) {
+                Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[{q} % m({slot}u)];\n")),
+                None => loads.push_str(&format!("    let a{k} = in{k}[{q}];\n")),
+            }
+            for (c, a) in args.iter_mut().enumerate() {
+                a.push_str(&format!(", {}", self.read(t.dtype(), &format!("a{k}"), c)));
+            }
+        }
+        (params, loads, args)
+    }
+
     /// The vector of `t` that stores `values`, one per lane in `t`'s compute type.
     fn pack(self, t: DType, values: &[String]) -> String {
-        let store = |e: &String| match t {
-            DType::Bool => format!("select(0u, 1u, {e})"),
-            _ => format!("{}({e})", storage_type(t, &self.caps)),
-        };
+        let store = |e: &String| store_value(t, e, &self.caps);
         if self.wide {
             let bits = |e: &String| match t {
                 DType::F32 | DType::I32 => format!("bitcast<u32>({})", store(e)),
@@ -167,6 +191,14 @@ impl Lanes {
         }
         let lanes: Vec<String> = values.iter().map(store).collect();
         format!("{}({})", self.vec_type(t), lanes.join(", "))
+    }
+}
+
+/// Expression `e` (in `t`'s compute type) as `t` is stored.
+fn store_value(t: DType, e: &str, caps: &ShaderCaps) -> String {
+    match t {
+        DType::Bool => format!("select(0u, 1u, {e})"),
+        _ => format!("{}({e})", storage_type(t, caps)),
     }
 }
 
@@ -198,26 +230,7 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
         g.uses_f16 = true;
     }
     let mut src = header_with_out(g.meta.len(), lanes.vec_type(dt), g.uses_f16, caps);
-    let mut params = vec!["i: u32".to_string()];
-    let mut loads = String::new();
-    let mut args = vec![String::new(); w];
-    for (k, t) in g.leaves.iter().enumerate() {
-        src.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
-            2 + k,
-            lanes.vec_type(t.dtype())
-        ));
-        params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
-        // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
-        let q = if g.param_permuted.contains(&k) { "pq" } else { "q" };
-        match g.param_period.get(&k) {
-            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[{q} % m({slot}u)];\n")),
-            None => loads.push_str(&format!("    let a{k} = in{k}[{q}];\n")),
-        }
-        for (c, a) in args.iter_mut().enumerate() {
-            a.push_str(&format!(", {}", lanes.read(t.dtype(), &format!("a{k}"), c)));
-        }
-    }
+    let (params, loads, args) = lanes.bind_leaves(&g, &mut src);
     src.push_str(&g.support(2 + g.leaves.len() as u32));
     src.push_str(&format!(
         "fn eval_out({}) -> {} {{\n{body}    return {v};\n}}\n",
@@ -320,28 +333,13 @@ fn render_multi(
     let mut src = header_with_out(g.meta.len(), elem_type(roots[0].dtype()), g.uses_f16, caps);
     // Inputs at 2.., then the further outputs.
     let leaves = g.leaves.len();
-    let mut params = vec!["i: u32".to_string()];
-    let mut loads = String::new();
-    let mut args = vec![String::new(); w];
-    if let Some(l) = lanes {
-        for (k, t) in g.leaves.iter().enumerate() {
-            src.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
-                2 + k,
-                l.vec_type(t.dtype())
-            ));
-            params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
-            match g.param_period.get(&k) {
-                Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[q % m({slot}u)];\n")),
-                None => loads.push_str(&format!("    let a{k} = in{k}[q];\n")),
-            }
-            for (c, a) in args.iter_mut().enumerate() {
-                a.push_str(&format!(", {}", l.read(t.dtype(), &format!("a{k}"), c)));
-            }
+    let (params, loads, args) = match lanes {
+        Some(l) => l.bind_leaves(&g, &mut src),
+        None => {
+            src.push_str(&g.leaf_decls());
+            (vec!["i: u32".to_string()], String::new(), Vec::new())
         }
-    } else {
-        src.push_str(&g.leaf_decls());
-    }
+    };
     for (j, r) in roots.iter().enumerate().skip(1) {
         src.push_str(&format!(
             "@group(0) @binding({}) var<storage, read_write> out{j}: array<{}>;\n",
@@ -375,13 +373,9 @@ fn render_multi(
         src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
         src.push_str(sources::ELEMENTWISE_VEC4);
     } else {
-        let store = |t: DType, e: String| match t {
-            DType::Bool => format!("select(0u, 1u, {e})"),
-            _ => format!("{}({e})", storage_type(t, caps)),
-        };
         let mut body = String::from("    if (i >= m(0u)) { return; }\n    let r = eval_out(i);\n");
         for (j, r) in roots.iter().enumerate() {
-            body.push_str(&format!("    {}[i] = {};\n", name(j), store(r.dtype(), format!("r.o{j}"))));
+            body.push_str(&format!("    {}[i] = {};\n", name(j), store_value(r.dtype(), &format!("r.o{j}"), caps)));
         }
         src.push_str(&format!("fn store_out(i: u32) {{\n{body}}}\n"));
         src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));

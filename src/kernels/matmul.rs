@@ -270,9 +270,7 @@ pub fn render(
         if wide {
             src.push_str(&format!(
                 "@group(0) @binding({binding}) var<storage, read> {var}: array<vec4<u64>>;\n\
-                 fn ld8_{name}(q: u32) -> Oct {{\n    let w = {var}[q];\n    return Oct({}, {});\n}}\n",
-                "vec4<f32>(bitcast<f32>(u32(w.x & 0xfffffffflu)), bitcast<f32>(u32(w.x >> 32u)), bitcast<f32>(u32(w.y & 0xfffffffflu)), bitcast<f32>(u32(w.y >> 32u)))",
-                "vec4<f32>(bitcast<f32>(u32(w.z & 0xfffffffflu)), bitcast<f32>(u32(w.z >> 32u)), bitcast<f32>(u32(w.w & 0xfffffffflu)), bitcast<f32>(u32(w.w >> 32u)))"
+                 fn ld8_{name}(q: u32) -> Oct {{\n    return oct({var}[q]);\n}}\n"
             ));
             continue;
         }

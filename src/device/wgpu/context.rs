@@ -204,7 +204,7 @@ impl GpuContext {
         let mut features = wgpu::Features::TIMESTAMP_QUERY;
         if !force_fallback {
             features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-            // 64-bit integers for wide element-wise loads (`ShaderCaps::wide_loads`).
+            // 64-bit integers for wide loads (`ShaderCaps::wide_loads`).
             if info.device_type == wgpu::DeviceType::Cpu {
                 features |= wgpu::Features::SHADER_INT64;
             }
@@ -272,12 +272,12 @@ impl GpuContext {
             c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
         }
         ctx.caps.max_binding = ctx.info.capabilities.max_storage_buffer_binding_size;
-        // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
-        // which naga's front-end (and so wgpu's native path) refuses.
         ctx.caps.wide_loads = info.device_type == wgpu::DeviceType::Cpu
             && ctx.device.features().contains(wgpu::Features::SHADER_INT64)
             && !cfg!(target_arch = "wasm32")
             && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
+        // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
+        // which naga's front-end (and so wgpu's native path) refuses.
         let c = &ctx.info.capabilities;
         if c.subgroups && !cfg!(target_arch = "wasm32") && std::env::var("TESSERA_SUBGROUPS").as_deref() != Ok("0") {
             ctx.caps.subgroup_min = c.subgroup_min_size;
