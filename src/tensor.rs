@@ -232,6 +232,25 @@ impl Tensor {
         Ok(b)
     }
 
+    /// `to_le_bytes` for a page: the bytes of an f32, i32 or u32 tensor as a JavaScript
+    /// array, read from WebGPU without passing through wasm memory (a typed array views
+    /// its buffer without a copy).
+    #[cfg(target_arch = "wasm32")]
+    pub async fn to_js_bytes(&self) -> Result<js_sys::Uint8Array> {
+        self.check()?;
+        let dtype = self.dtype();
+        if !matches!(dtype, DType::F32 | DType::I32 | DType::U32) {
+            return Err(Error::DType {
+                op: "to_js_bytes",
+                dtypes: vec![dtype],
+                detail: "JavaScript bytes are read for 32-bit element types; use to_le_bytes".into(),
+                location: self.location(),
+            });
+        }
+        let a = self.device().read_js_bytes_of(self).await?;
+        Ok(a.subarray(0, (self.numel() * 4) as u32))
+    }
+
     /// Read the values back as f64, whatever the dtype (bool as 0/1).
     pub async fn to_f64_vec(&self) -> Result<Vec<f64>> {
         let mut v = self.device().read(std::slice::from_ref(self)).await?;

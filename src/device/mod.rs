@@ -623,10 +623,18 @@ impl Device {
     /// reference device encodes its f64 values as the dtype's device bytes).
     pub(crate) async fn read_bytes_of(&self, t: &Tensor) -> Result<Vec<u8>> {
         let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
+        Ok(read.pop().map(|r| r.into_bytes(t)).unwrap_or_default())
+    }
+
+    /// `read_bytes_of` into a JavaScript array: from WebGPU without passing through
+    /// wasm memory.
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) async fn read_js_bytes_of(&self, t: &Tensor) -> Result<js_sys::Uint8Array> {
+        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
         Ok(match read.pop() {
-            Some(Readback::Bytes(b)) => b,
-            Some(Readback::F64(v)) => crate::dtype::encode(t.dtype(), &v),
-            None => Vec::new(),
+            Some(Readback::Js(a)) => a,
+            Some(r) => js_sys::Uint8Array::from(&r.into_bytes(t)[..]),
+            None => js_sys::Uint8Array::new_with_length(0),
         })
     }
 
@@ -683,14 +691,27 @@ impl Device {
 pub(crate) enum Readback {
     Bytes(Vec<u8>),
     F64(Vec<f64>),
+    /// A page's WebGPU read: the device bytes, still in JavaScript.
+    #[cfg(target_arch = "wasm32")]
+    Js(js_sys::Uint8Array),
 }
 
 impl Readback {
     /// The values of `t` as f64.
     fn into_f64(self, t: &Tensor) -> Vec<f64> {
         match self {
-            Readback::Bytes(b) => crate::dtype::decode(t.dtype(), &b, t.numel()),
             Readback::F64(v) => v,
+            b => crate::dtype::decode(t.dtype(), &b.into_bytes(t), t.numel()),
+        }
+    }
+
+    /// The device bytes of `t` (the reference interpreter's f64 encoded as its dtype).
+    fn into_bytes(self, t: &Tensor) -> Vec<u8> {
+        match self {
+            Readback::Bytes(b) => b,
+            Readback::F64(v) => crate::dtype::encode(t.dtype(), &v),
+            #[cfg(target_arch = "wasm32")]
+            Readback::Js(a) => a.to_vec(),
         }
     }
 }

@@ -667,10 +667,10 @@ binary! {
 /// Read a tensor as the typed array for its dtype.
 pub(crate) async fn read(t: Tensor) -> tessera::Result<JsValue> {
     Ok(match t.dtype() {
-        // The bytes copied out of wasm memory once, then viewed as the typed array.
+        // The mapped bytes copied once, in JavaScript, then viewed as the typed array.
         DType::F32 | DType::I32 | DType::U32 => {
             let n = t.numel() as u32;
-            let bytes = Uint8Array::from(&t.to_le_bytes().await?[..]).buffer();
+            let bytes = t.to_js_bytes().await?.buffer();
             match t.dtype() {
                 DType::F32 => Float32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),
                 DType::I32 => Int32Array::new_with_byte_offset_and_length(&bytes, 0, n).into(),

@@ -446,6 +446,21 @@ impl GpuContext {
 
     /// Map `buffers` for reading and return their bytes (first `len` bytes of each).
     pub async fn map_read(&self, buffers: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>> {
+        // In a page, `as_uint8array` is the mapping itself: one copy into wasm memory,
+        // where dereferencing the view copies it there first and `to_vec` again.
+        #[cfg(target_arch = "wasm32")]
+        return self.map_read_with(buffers, |v| v.as_uint8array().to_vec()).await;
+        #[cfg(not(target_arch = "wasm32"))]
+        self.map_read_with(buffers, |v| v.to_vec()).await
+    }
+
+    /// Map `buffers` for reading and return `take` of each one's view (its first `len`
+    /// bytes): a page takes a JavaScript copy, never passing through wasm memory.
+    pub async fn map_read_with<T>(
+        &self,
+        buffers: &[(&wgpu::Buffer, u64)],
+        take: impl Fn(&wgpu::BufferView) -> T,
+    ) -> Result<Vec<T>> {
         let mut receivers = Vec::new();
         let mapped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for (b, len) in buffers {
@@ -496,7 +511,7 @@ impl GpuContext {
                 let view = b
                     .get_mapped_range(0..len)
                     .map_err(|e| Error::Gpu { context: "readback view".into(), message: e.to_string() })?;
-                view.to_vec()
+                take(&view)
             };
             b.unmap();
             out.push(bytes);
