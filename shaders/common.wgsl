@@ -107,6 +107,11 @@ fn relu_f(x: f32) -> f32 {
     return select(max(x, 0.0), x, is_nan_f(x));
 }
 
+// relu where they do (`ShaderCaps::ieee_compares`): NaN < 0 is false, so NaN stays.
+fn relu_ieee(x: f32) -> f32 {
+    return select(x, 0.0, x < 0.0);
+}
+
 // Float-to-integer conversions that saturate (NaN gives 0) on every backend, matching
 // WGSL's defined results where GLSL and HLSL leave them undefined.
 fn f2i(x: f32) -> i32 {

@@ -551,7 +551,7 @@ impl<'a> Gen<'a> {
             }
             Op::Unary(u) => {
                 let x = self.eval(&n.inputs[0], ix, false);
-                let e = unary_expr(*u, &x, dt);
+                let e = unary_expr(*u, &x, dt, &self.caps);
                 let e = self.round_f16(e, dt);
                 self.let_("v", e)
             }
@@ -1024,7 +1024,7 @@ impl<'a> Gen<'a> {
     }
 }
 
-fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
+fn unary_expr(u: UnaryOp, x: &str, dt: DType, caps: &ShaderCaps) -> String {
     let float = dt.is_float();
     match u {
         UnaryOp::Neg => format!("-{x}"),
@@ -1038,6 +1038,7 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Cos => format!("cos({x})"),
         UnaryOp::Tanh => format!("tanh_f({x})"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
+        UnaryOp::Relu if float && caps.ieee_compares => format!("relu_ieee({x})"),
         UnaryOp::Relu if float => format!("relu_f({x})"),
         UnaryOp::Relu => format!("max({x}, {}(0))", compute_type(dt)),
         UnaryOp::Erf => format!("erf_f({x})"),

@@ -19,6 +19,7 @@ pub fn all_caps() -> [ShaderCaps; 10] {
         max_binding,
         subgroup_min: 0,
         wide_loads: false,
+        ieee_compares: false,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -29,7 +30,7 @@ pub fn all_caps() -> [ShaderCaps; 10] {
         caps(false, true, (8, 4), 0),
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (4, 4), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (4, 4), 1 << 30) },
-        ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(true, true, (8, 4), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, wide_loads: true, ieee_compares: true, ..caps(true, true, (8, 4), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(false, true, (8, 2), 1 << 30) },
     ]
 }
