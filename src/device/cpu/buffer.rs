@@ -180,25 +180,38 @@ impl HostBuffer {
         }
     }
 
-    /// An output buffer of `dtype` for `n` elements, written by kernels.
+    /// An output buffer of `dtype` for `n` elements, written by kernels, all zero.
     /// A large one is backed by huge pages where the OS allows (a table whose rows are
     /// gathered and scattered at random, [`super::memory`]).
     pub fn zeros(dtype: DType, n: usize) -> HostBuffer {
+        Self::output(dtype, n, true)
+    }
+
+    /// An output buffer for a kernel that writes every one of its `n` elements: a
+    /// recycled buffer keeps its old values (initialised, and overwritten before any
+    /// read) instead of being zeroed first, a pass over memory saved per output.
+    pub fn for_overwrite(dtype: DType, n: usize) -> HostBuffer {
+        Self::output(dtype, n, false)
+    }
+
+    fn output(dtype: DType, n: usize, zeroed: bool) -> HostBuffer {
         use super::memory::advise_huge_pages as huge;
-        if let Some(b) = super::memory::take_zeroed(dtype, n) {
+        if let Some(b) = super::memory::take(dtype, n, zeroed) {
             return b;
         }
         // A buffer the pool may take back later gets its size class's room, so that
-        // next step's buffer of a slightly different length can reuse it.
+        // next step's buffer of a slightly different length can reuse it. Allocated
+        // zeroed (`vec!` of zero bits is calloc): fresh pages come zero from the OS
+        // without a pass over them.
         if let Some(room) = super::memory::pooled_capacity(dtype, n) {
             let mut b = match dtype {
-                DType::F32 => HostBuffer::F32(Vec::with_capacity(room)),
-                DType::F16 => HostBuffer::F16(Vec::with_capacity(room)),
-                DType::I32 => HostBuffer::I32(Vec::with_capacity(room)),
-                DType::U32 => HostBuffer::U32(Vec::with_capacity(room)),
-                _ => HostBuffer::Bool(Vec::with_capacity(room)),
+                DType::F32 => HostBuffer::F32(vec![0.0; room]),
+                DType::F16 => HostBuffer::F16(vec![f16::ZERO; room]),
+                DType::I32 => HostBuffer::I32(vec![0; room]),
+                DType::U32 => HostBuffer::U32(vec![0; room]),
+                _ => HostBuffer::Bool(vec![0; room]),
             };
-            b.reset_zeroed(n);
+            b.reset_len(n);
             return b;
         }
         match dtype {
@@ -373,6 +386,21 @@ impl HostBuffer {
     }
 
     /// `n` zeros in this allocation (which must have room for them).
+    /// `n` elements: the first ones keep their values, any past the old length are 0.
+    pub fn reset_len(&mut self, n: usize) {
+        fn go<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
+            v.truncate(n);
+            v.resize(n, zero);
+        }
+        match self {
+            HostBuffer::F32(v) => go(v, n, 0.0),
+            HostBuffer::F16(v) => go(v, n, f16::ZERO),
+            HostBuffer::I32(v) => go(v, n, 0),
+            HostBuffer::U32(v) => go(v, n, 0),
+            HostBuffer::Bool(v) | HostBuffer::Quant(_, v) => go(v, n, 0),
+        }
+    }
+
     pub fn reset_zeroed(&mut self, n: usize) {
         fn go<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
             v.clear();

@@ -363,7 +363,7 @@ impl Program {
     /// Evaluate the whole root into a new buffer of its dtype, chunk by chunk (in
     /// parallel where it is large).
     pub fn run(&self, numel: usize) -> Result<HostBuffer> {
-        let mut out = HostBuffer::zeros(self.dtype(), numel);
+        let mut out = HostBuffer::for_overwrite(self.dtype(), numel);
         write_chunks(&mut out, |start, n| self.eval(Idx::Range(start, n)))?;
         Ok(out)
     }
@@ -372,7 +372,8 @@ impl Program {
     /// every chunk computes all of them in one pass, sharing what they have in common.
     pub fn run_all(&self, numel: usize) -> Result<Vec<HostBuffer>> {
         let roots: Vec<usize> = std::iter::once(self.root).chain(self.siblings.iter().copied()).collect();
-        let mut outs: Vec<HostBuffer> = roots.iter().map(|&r| HostBuffer::zeros(self.nodes[r].dtype, numel)).collect();
+        let mut outs: Vec<HostBuffer> =
+            roots.iter().map(|&r| HostBuffer::for_overwrite(self.nodes[r].dtype, numel)).collect();
         // Chunk c of every output, side by side.
         let mut per_chunk: Vec<Vec<OutChunk>> = (0..numel.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
         for out in &mut outs {
@@ -384,7 +385,7 @@ impl Program {
             let mut ev = Evaluator { prog: self, memo: Vec::new(), next: 0 };
             let at = ev.idx(Idx::Range(c * CHUNK, parts.first().map_or(0, OutChunk::len)));
             for (&r, part) in roots.iter().zip(parts) {
-                part.store(ev.eval(r, &at)?);
+                part.store(ev.eval(r, &at)?)?;
             }
             Ok(())
         })?;
@@ -426,8 +427,10 @@ impl<'a> OutChunk<'a> {
         }
     }
 
-    /// Store `v` (values in the compute type of the chunk's dtype).
-    fn store(self, v: Vals) {
+    /// Store `v` (values in the compute type of the chunk's dtype). Outputs are not
+    /// zeroed first (`HostBuffer::for_overwrite`), so values of another type are an
+    /// error, never a chunk left as it was.
+    fn store(self, v: Vals) -> Result<()> {
         use half::slice::HalfFloatSliceExt;
         match (self, v) {
             (OutChunk::F32(c), Vals::F(v)) => c.copy_from_slice(&v),
@@ -435,8 +438,13 @@ impl<'a> OutChunk<'a> {
             (OutChunk::I32(c), Vals::I(v)) => c.copy_from_slice(&v),
             (OutChunk::U32(c), Vals::U(v)) => c.copy_from_slice(&v),
             (OutChunk::B(c), Vals::B(v)) => c.copy_from_slice(&v),
-            _ => {}
+            _ => {
+                return Err(Error::Unsupported(
+                    "CPU backend: a kernel computed values of another type than its output".into(),
+                ))
+            }
         }
+        Ok(())
     }
 }
 
@@ -446,8 +454,7 @@ pub(crate) fn write_chunks(out: &mut HostBuffer, f: impl Fn(usize, usize) -> Res
     let total: usize = parts.iter().map(OutChunk::len).sum();
     super::par::each(parts, super::par::worth(total), |c, part| {
         let n = part.len();
-        part.store(f(c * CHUNK, n)?);
-        Ok(())
+        part.store(f(c * CHUNK, n)?)
     })
 }
 

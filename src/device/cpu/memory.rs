@@ -5,7 +5,7 @@
 //! Both are hints: they change no value, and where the platform has neither they do
 //! nothing.
 //!
-//! Freed buffers are recycled ([`take_zeroed`], [`recycle`]): a training step frees
+//! Freed buffers are recycled ([`take`], [`recycle`]): a training step frees
 //! and allocates the same sizes every time, and glibc hands large freed blocks back to
 //! the kernel (munmap, or a trim of the heap's top), so each step's outputs would
 //! otherwise fault in and zero fresh pages: about 700 faults a step for a sparse step
@@ -126,9 +126,10 @@ pub(crate) fn pooled_capacity(dtype: crate::DType, n: usize) -> Option<usize> {
         .then_some(room)
 }
 
-/// A pooled buffer of `dtype` holding `n` zeros, if the pool has one with room for
-/// them within their size class.
-pub(crate) fn take_zeroed(dtype: crate::DType, n: usize) -> Option<HostBuffer> {
+/// A pooled buffer of `dtype` holding `n` elements, if the pool has one with room for
+/// them within their size class: zeros, or (`zeroed` false, for a writer of every
+/// element) whatever it last held.
+pub(crate) fn take(dtype: crate::DType, n: usize, zeroed: bool) -> Option<HostBuffer> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         if dtype.is_quantized() {
@@ -140,12 +141,16 @@ pub(crate) fn take_zeroed(dtype: crate::DType, n: usize) -> Option<HostBuffer> {
         let mut b = g.0.remove(i)?;
         g.1 -= b.capacity_bytes();
         drop(g);
-        b.reset_zeroed(n);
+        if zeroed {
+            b.reset_zeroed(n);
+        } else {
+            b.reset_len(n);
+        }
         Some(b)
     }
     #[cfg(target_arch = "wasm32")]
     {
-        let _ = (dtype, n);
+        let _ = (dtype, n, zeroed);
         None
     }
 }
@@ -205,18 +210,22 @@ mod tests {
             v.iter_mut().for_each(|x| *x = 7.0);
         }
         recycle(b);
-        let again = take_zeroed(crate::DType::F32, n).expect("the freed buffer is pooled");
+        // For a writer of every element: the old values stay, with no pass over them.
+        let kept = take(crate::DType::F32, n - 3, false).expect("the freed buffer is pooled");
+        assert!(matches!(&kept, HostBuffer::F32(v) if v.len() == n - 3 && v.iter().all(|&x| x == 7.0)));
+        recycle(kept);
+        let again = take(crate::DType::F32, n, true).expect("the freed buffer is pooled");
         assert!(matches!(&again, HostBuffer::F32(v) if v.len() == n && v.iter().all(|&x| x == 0.0)));
         // Another dtype or length is not a match; too small or too large is not kept.
         recycle(again);
-        assert!(take_zeroed(crate::DType::I32, n).is_none());
-        assert!(take_zeroed(crate::DType::F32, 4 * n).is_none());
+        assert!(take(crate::DType::I32, n, true).is_none());
+        assert!(take(crate::DType::F32, 4 * n, true).is_none());
         // A length of the same size class reuses the allocation.
-        let shorter = take_zeroed(crate::DType::F32, n - 3).expect("same class");
+        let shorter = take(crate::DType::F32, n - 3, true).expect("same class");
         assert!(matches!(&shorter, HostBuffer::F32(v) if v.len() == n - 3 && v.iter().all(|&x| x == 0.0)));
         recycle(shorter);
         recycle(HostBuffer::zeros(crate::DType::F32, 1000));
-        assert!(take_zeroed(crate::DType::F32, 1000).is_none());
+        assert!(take(crate::DType::F32, 1000, true).is_none());
         // The budget holds: the oldest buffers leave first. (Room without values: the
         // pages are never touched.)
         let big: Vec<HostBuffer> = (0..(POOL_MAX_BYTES / POOL_MAX_BUFFER + 2))
@@ -224,7 +233,7 @@ mod tests {
             .collect();
         big.into_iter().for_each(recycle);
         assert!(pool::lock().1 <= POOL_MAX_BYTES);
-        assert!(take_zeroed(crate::DType::F32, n).is_none(), "the oldest left first");
+        assert!(take(crate::DType::F32, n, true).is_none(), "the oldest left first");
         assert!(trim() >= POOL_MAX_BYTES / 2);
     }
 
