@@ -622,16 +622,19 @@ impl Device {
     /// Realise `t` and read back the bytes its storage holds (one submit on a GPU; the
     /// reference device encodes its f64 values as the dtype's device bytes).
     pub(crate) async fn read_bytes_of(&self, t: &Tensor) -> Result<Vec<u8>> {
-        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
-        Ok(read.pop().map(|r| r.into_bytes(t)).unwrap_or_default())
+        Ok(self.read_one(t).await?.map(|r| r.into_bytes(t)).unwrap_or_default())
+    }
+
+    /// Realise `t` and read it back as its backend read it (one submit on a GPU).
+    async fn read_one(&self, t: &Tensor) -> Result<Option<Readback>> {
+        Ok(self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default().pop())
     }
 
     /// `read_bytes_of` into a JavaScript array: from WebGPU without passing through
     /// wasm memory.
     #[cfg(target_arch = "wasm32")]
     pub(crate) async fn read_js_bytes_of(&self, t: &Tensor) -> Result<js_sys::Uint8Array> {
-        let mut read = self.run(std::slice::from_ref(t), 1).await?.unwrap_or_default();
-        Ok(match read.pop() {
+        Ok(match self.read_one(t).await? {
             Some(Readback::Js(a)) => a,
             Some(r) => js_sys::Uint8Array::from(&r.into_bytes(t)[..]),
             None => js_sys::Uint8Array::new_with_length(0),

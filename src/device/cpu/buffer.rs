@@ -385,25 +385,10 @@ impl HostBuffer {
         (self.capacity() * width) as u64
     }
 
-    /// `n` zeros in this allocation (which must have room for them).
     /// `n` elements: the first ones keep their values, any past the old length are 0.
     pub fn reset_len(&mut self, n: usize) {
         fn go<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
             v.truncate(n);
-            v.resize(n, zero);
-        }
-        match self {
-            HostBuffer::F32(v) => go(v, n, 0.0),
-            HostBuffer::F16(v) => go(v, n, f16::ZERO),
-            HostBuffer::I32(v) => go(v, n, 0),
-            HostBuffer::U32(v) => go(v, n, 0),
-            HostBuffer::Bool(v) | HostBuffer::Quant(_, v) => go(v, n, 0),
-        }
-    }
-
-    pub fn reset_zeroed(&mut self, n: usize) {
-        fn go<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
-            v.clear();
             v.resize(n, zero);
         }
         match self {

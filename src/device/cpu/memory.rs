@@ -142,10 +142,9 @@ pub(crate) fn take(dtype: crate::DType, n: usize, zeroed: bool) -> Option<HostBu
         g.1 -= b.capacity_bytes();
         drop(g);
         if zeroed {
-            b.reset_zeroed(n);
-        } else {
-            b.reset_len(n);
+            b.reset_len(0);
         }
+        b.reset_len(n);
         Some(b)
     }
     #[cfg(target_arch = "wasm32")]
