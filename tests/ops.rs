@@ -711,8 +711,21 @@ fn matmul_shapes() {
         let wq = rand_t(&[24, 24], 38, -1.0, 1.0, d);
         let bq = rand_t(&[24], 39, -1.0, 1.0, d);
         let heads = (xs.matmul(&wq.t()) + &bq).reshape([2, 7, 4, 6]).permute(&[0, 2, 1, 3]);
+        // Heads of 8 (each quad lands whole: one vector store per quad on CPU adapters),
+        // with tail rows, through the wide kernel (K and N multiples of 8) and the quad
+        // one, and under a permute of five axes that keeps the last.
+        let x8 = rand_t(&[2, 13, 32], 40, -1.0, 1.0, d);
+        let w8 = rand_t(&[32, 32], 41, -1.0, 1.0, d);
+        let b8 = rand_t(&[32], 42, -1.0, 1.0, d);
+        let p8 = x8.matmul(&w8.t()) + &b8;
+        let x12 = rand_t(&[3, 11, 12], 43, -1.0, 1.0, d);
+        let w12 = rand_t(&[36, 12], 44, -1.0, 1.0, d);
+        let b12 = rand_t(&[36], 45, -1.0, 1.0, d);
         vec![
             heads,
+            p8.reshape([2, 13, 4, 8]).permute(&[0, 2, 1, 3]),
+            (x8.matmul(&w8.t()) + &b8).gelu().reshape([2, 13, 2, 2, 8]).permute(&[2, 0, 3, 1, 4]),
+            (x12.matmul(&w12.t()) + &b12).reshape([3, 11, 9, 4]).permute(&[2, 0, 1, 3]),
             lin.reshape([5, 7, 10]).permute(&[1, 0, 2]),
             (x2.matmul(&w2) + &b2).gelu().t(),
             (&thin * 2.0).reshape([19, 11, 1]).permute(&[2, 1, 0]),

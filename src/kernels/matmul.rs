@@ -31,8 +31,8 @@ struct Store {
 }
 
 /// [`Store`] for product `prod`: `meta` gains the epilogue's slots. With `quad` (rows of
-/// C 4-aligned and not transposed), an f32 C stored in place (no head split) is bound as
-/// quads: lavapipe pays for a storage access per lane, almost as much for a scalar as
+/// C 4-aligned and not transposed), an f32 C stored in place, or under a head split
+/// that keeps each quad whole ([`keeps_quads`]), is bound as quads: lavapipe pays for a storage access per lane, almost as much for a scalar as
 /// for a vec4. `store_c4(i, v)` stores elements `i .. i + 3` either way.
 fn store(
     prod: &Tensor,
@@ -64,7 +64,7 @@ fn store(
         g.slot(w);
     }
     g.binding_base = base;
-    let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none();
+    let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none_or(|b| keeps_quads(e.root, &b));
     let mut fns = epilogue_fns(&mut g, e.root, prod, caps, quad)?;
     if !quad {
         fns.push_str(STORE_C4_BY_ELEMENT);
@@ -101,7 +101,8 @@ fn epilogue_checked(g: &Gen, root: &Tensor) -> Result<()> {
 /// accumulator in place of the product, and the `store_c` that applies it. Under a
 /// head split ([`permuted_base`]) the expression is its base's, and `store_c` puts the
 /// element where the permutes send it (`dst(i)`). With `quad` (an f32 root, no head
-/// split) `out` holds vec4s and `store_c4` stores 4 elements at once.
+/// split or one that [`keeps_quads`]) `out` holds vec4s and `store_c4` stores 4
+/// elements at once.
 fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps, quad: bool) -> Result<String> {
     g.value_leaf = Some((prod.id(), "acc".into()));
     let base = permuted_base(root);
@@ -121,10 +122,40 @@ fn epilogue_fns(g: &mut Gen, root: &Tensor, prod: &Tensor, caps: &ShaderCaps, qu
             let d = store_index(g, root, &b);
             let body = g.take_function();
             src.push_str(&format!("fn dst(i: u32) -> u32 {{\n{body}    return {d};\n}}\n"));
-            src.push_str(&format!("fn store_c(i: u32, v: f32) {{\n    out[dst(i)] = {ty}(epilogue(i, v));\n}}\n"));
+            src.push_str(&match quad {
+                // The quad's four elements land side by side, from a multiple of 4: one
+                // index computation and one vector store for the four.
+                true => "fn store_c(i: u32, v: f32) {\n    let o = dst(i);\n    out[o >> 2u][o & 3u] = epilogue(i, v);\n}\n\
+                         fn store_c4(i: u32, v: vec4<f32>) {\n    \
+                         out[dst(i) >> 2u] = vec4<f32>(epilogue(i, v.x), epilogue(i + 1u, v.y), epilogue(i + 2u, v.z), epilogue(i + 3u, v.w));\n}\n"
+                    .to_string(),
+                false => format!("fn store_c(i: u32, v: f32) {{\n    out[dst(i)] = {ty}(epilogue(i, v));\n}}\n"),
+            });
         }
     }
     Ok(src)
+}
+
+/// Whether the reshapes and permutes from `base` up to `root` keep every quad of `base`
+/// (elements 4q .. 4q + 3) side by side in `root`, from a multiple of 4: every shape on
+/// the way ends in an axis a multiple of 4 long and no permute moves the last axis (a
+/// head split `[b, s, h] -> [b, heads, s, d]` with `d` a multiple of 4).
+fn keeps_quads(root: &Tensor, base: &Tensor) -> bool {
+    let quads = |t: &Tensor| t.dims().last().is_some_and(|&d| d % 4 == 0);
+    let mut t = root.clone();
+    while t.id() != base.id() {
+        if !quads(&t) {
+            return false;
+        }
+        if let Op::Permute { perm } = t.op() {
+            if perm.last() != Some(&(perm.len() - 1)) {
+                return false;
+            }
+        }
+        let next = t.node().inputs[0].clone();
+        t = next;
+    }
+    quads(base)
 }
 
 /// Where `root` (reshapes and permutes over `base`) holds `base`'s element `i`: its
