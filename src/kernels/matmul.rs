@@ -59,12 +59,17 @@ fn store(
             label: String::new(),
         });
     };
+    let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none_or(|b| keeps_quads(e.root, &b));
+    if quad {
+        if let Some(st) = quad_store(prod, e, meta, base, caps)? {
+            return Ok(st);
+        }
+    }
     let mut g = Gen::new(*caps, e.is_leaf);
     for &w in meta.iter() {
         g.slot(w);
     }
     g.binding_base = base;
-    let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none_or(|b| keeps_quads(e.root, &b));
     let mut fns = epilogue_fns(&mut g, e.root, prod, caps, quad)?;
     if !quad {
         fns.push_str(STORE_C4_BY_ELEMENT);
@@ -83,6 +88,87 @@ fn store(
         out: e.root.clone(),
         uses_f16: g.uses_f16 || dt == DType::F16,
     })
+}
+
+/// [`store`] with C bound as quads where every f32 leaf of the epilogue is read at the
+/// product's own index or is a row repeated over the rows (a bias): `store_c4` loads
+/// each leaf's quad once (`in{k}[q]`, or `in{k}[q % len]` for a row) and evaluates
+/// `epilogue(i, acc, p0, ..)` per lane from those values, where the per-element
+/// `epilogue(i, acc)` found each element's index in its leaves again (two integer
+/// divisions per element for a bias). `None` where a leaf is read otherwise.
+fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps: &ShaderCaps) -> Result<Option<Store>> {
+    let mut g = Gen::new(*caps, e.is_leaf);
+    for &w in meta.iter() {
+        g.slot(w);
+    }
+    g.binding_base = base;
+    g.param_leaves = true;
+    g.param_lanes = 4;
+    g.value_leaf = Some((prod.id(), "acc".into()));
+    let permuted = permuted_base(e.root);
+    let v = g.eval(permuted.as_ref().unwrap_or(e.root), &Ix::lin("i"), true);
+    let f32s = g.leaves.iter().all(|l| l.dtype() == DType::F32);
+    // (A quantised leaf is not f32: the scheduler keeps those out of epilogues anyway.)
+    if !g.params_ok || !f32s {
+        return Ok(None);
+    }
+    epilogue_checked(&g, e.root)?;
+    let body = g.take_function();
+    let leaves = g.leaves.len();
+    let mut src = String::new();
+    let mut loads = String::new();
+    let mut params = "i: u32, acc: f32".to_string();
+    for k in 0..leaves {
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> in{k}: array<vec4<f32>>;\n",
+            base as usize + k
+        ));
+        params.push_str(&format!(", p{k}: f32"));
+        match g.param_period.get(&k) {
+            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[(i >> 2u) % m({slot}u)];\n")),
+            None => loads.push_str(&format!("    let a{k} = in{k}[i >> 2u];\n")),
+        }
+    }
+    let lane = |c: usize| -> String {
+        let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
+        let args: String = (0..leaves).map(|k| format!(", a{k}[{c}]")).collect();
+        format!("epilogue({i}, v[{c}]{args})")
+    };
+    let scalar_args: String = (0..leaves).map(|k| format!(", a{k}[i & 3u]")).collect();
+    let at = match &permuted {
+        Some(b) => {
+            let d = store_index(&mut g, e.root, b);
+            let dst_body = g.take_function();
+            src.push_str(&g.support(base + leaves as u32));
+            src.push_str(&format!("fn dst(i: u32) -> u32 {{\n{dst_body}    return {d};\n}}\n"));
+            "dst(i)"
+        }
+        None => {
+            src.push_str(&g.support(base + leaves as u32));
+            "i"
+        }
+    };
+    src.push_str(&format!("fn epilogue({params}) -> f32 {{\n{body}    return {v};\n}}\n"));
+    src.push_str(&format!(
+        "fn store_c(i: u32, v: f32) {{\n{loads}    let o = {at};\n    out[o >> 2u][o & 3u] = epilogue(i, v{scalar_args});\n}}\n"
+    ));
+    src.push_str(&format!(
+        "fn store_c4(i: u32, v: vec4<f32>) {{\n{loads}    out[{at} >> 2u] = vec4<f32>({}, {}, {}, {});\n}}\n",
+        lane(0),
+        lane(1),
+        lane(2),
+        lane(3)
+    ));
+    *meta = g.meta.clone();
+    Ok(Some(Store {
+        src,
+        quad: true,
+        label: format!("_epi({})", g.ops.join(",")),
+        leaves: g.leaves,
+        patches: g.patches,
+        out: e.root.clone(),
+        uses_f16: g.uses_f16,
+    }))
 }
 
 /// The epilogue must read the product only at its own index and check no gather
