@@ -615,6 +615,52 @@ impl<'a> Evaluator<'a> {
         Ok(out)
     }
 
+    /// Binary node `n` as `x op c` or `c op x` with `c` an f32 constant (`x * 2 + 1`):
+    /// one pass with the constant in a register, where splatting it first allocated
+    /// and filled a chunk of it and the pass read that back. The same float operations
+    /// as [`binary`], so the same bits. `None` for other ops, dtypes or operands.
+    fn with_constant(&mut self, op: BinaryOp, n: usize, at: &IdxRef) -> Result<Option<Vals>> {
+        let prog = self.prog;
+        let ins = &prog.nodes[n].inputs;
+        let f32s = ins.iter().chain([&n]).all(|&k| prog.nodes[k].dtype == DType::F32);
+        let full = |k: usize| match prog.nodes[k].kind {
+            Kind::Full(v) => Some(v as f32),
+            _ => None,
+        };
+        let (x, c, left) = match (full(ins[0]), full(ins[1])) {
+            (_, Some(c)) => (ins[0], c, false),
+            (Some(c), None) => (ins[1], c, true),
+            _ => return Ok(None),
+        };
+        let nan_or = |a: f32, b: f32, f: fn(f32, f32) -> f32| if a.is_nan() || b.is_nan() { f32::NAN } else { f(a, b) };
+        if !f32s
+            || !matches!(
+                op,
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum
+            )
+        {
+            return Ok(None);
+        }
+        let Vals::F(mut a) = self.eval(x, at)? else {
+            return Err(Error::Unsupported("cpu: an f32 node evaluated to other values".into()));
+        };
+        match (op, left) {
+            (BinaryOp::Add, false) => map1(&mut a, |a| a + c),
+            (BinaryOp::Add, true) => map1(&mut a, |a| c + a),
+            (BinaryOp::Sub, false) => map1(&mut a, |a| a - c),
+            (BinaryOp::Sub, true) => map1(&mut a, |a| c - a),
+            (BinaryOp::Mul, false) => map1(&mut a, |a| a * c),
+            (BinaryOp::Mul, true) => map1(&mut a, |a| c * a),
+            (BinaryOp::Div, false) => map1(&mut a, |a| a / c),
+            (BinaryOp::Div, true) => map1(&mut a, |a| c / a),
+            (BinaryOp::Maximum, false) => map1(&mut a, |a| nan_or(a, c, f32::max)),
+            (BinaryOp::Maximum, true) => map1(&mut a, |a| nan_or(c, a, f32::max)),
+            (BinaryOp::Minimum, false) => map1(&mut a, |a| nan_or(a, c, f32::min)),
+            _ => map1(&mut a, |a| nan_or(c, a, f32::min)),
+        }
+        Ok(Some(Vals::F(a)))
+    }
+
     fn compute(&mut self, n: usize, at: &IdxRef) -> Result<Vals> {
         let prog = self.prog;
         let node = &prog.nodes[n];
@@ -641,11 +687,14 @@ impl<'a> Evaluator<'a> {
                 let x = self.eval(ins[0], at)?;
                 unary(*u, x, dt)
             }
-            Kind::Binary(b) => {
-                let x = self.eval(ins[0], at)?;
-                let y = self.eval(ins[1], at)?;
-                binary(*b, x, y, prog.nodes[ins[0]].dtype, dt)
-            }
+            Kind::Binary(b) => match self.with_constant(*b, n, at)? {
+                Some(v) => v,
+                None => {
+                    let x = self.eval(ins[0], at)?;
+                    let y = self.eval(ins[1], at)?;
+                    binary(*b, x, y, prog.nodes[ins[0]].dtype, dt)
+                }
+            },
             Kind::Where => {
                 let m = self.eval(ins[0], at)?;
                 let a = self.eval(ins[1], at)?;
