@@ -212,6 +212,25 @@ fn row_rules_match_the_reference() {
         let x = common::rand_t(&[5, 7], 40, -1.0, 1.0, dev).accumulate_rows(&all, &w, true, [1.0, 0.5], None);
         vec![m, v, p, s, q, w, x]
     });
+    // Exactly Adam's three writes over increasing rows, out-of-range rows at both ends:
+    // one fused loop per row on the CPU backend (split across threads for the larger).
+    check("sparse Adam's three writes over increasing rows", |dev| {
+        let mut out = Vec::new();
+        for (num, d, rows) in [
+            (13usize, 7usize, vec![-1, 0, 3, 4, 8, 12, 13]),
+            (262_147, 8, (-1..2500).map(|k| k * 104 + k % 7).chain([262_146, 262_150]).collect()),
+        ] {
+            let u = rows.len();
+            let rows = i32s(&rows, dev);
+            let g = common::rand_t(&[u, d], 41, -2.0, 2.0, dev);
+            let table = |seed, lo, hi| common::rand_t(&[num, d], seed, lo, hi, dev);
+            let m = table(42, -0.5, 0.5).accumulate_rows(&rows, &g, false, [0.9, 0.1], None);
+            let v = table(43, 0.0, 2.0).accumulate_rows(&rows, &g, true, [0.999, 0.001], None);
+            let p = table(44, -1.0, 1.0).step_rows(&rows, &m, true, &v, [0.05, 1e-3], None);
+            out.extend([m, v, p]);
+        }
+        out
+    });
     for dev in devices() {
         let t = Tensor::zeros([4, 3], DType::F32, &dev);
         let rows = i32s(&[1, 2], &dev);

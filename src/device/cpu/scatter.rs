@@ -230,6 +230,9 @@ fn update_rows_from(
         return;
     }
     let _ = parts;
+    if let Some(adam) = FusedAdam::of(writes, d) {
+        return adam.run(tables, first, rows, u0, d, num);
+    }
     const AHEAD: usize = 16;
     let len = tables.first().map_or(0, |t| t.len());
     let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
@@ -251,6 +254,65 @@ fn update_rows_from(
             for (i, w) in writes.iter().enumerate().filter(|(_, w)| w.open) {
                 let (done, rest) = tables.split_at_mut(i);
                 w.apply(u0 + u, row, d, &mut rest[0][a..a + d], done, a);
+            }
+        }
+    }
+}
+
+/// A sparse Adam step as the scheduler groups it (both moments accumulate the
+/// gradient's rows, then the weights step by the new moments at the row), run as one
+/// loop per row over all three tables. The generic pass matches every write's rule and
+/// operands per row and walks the row once per write; this one loads each element of
+/// the gradient, m, v and w once. The same float operations in the same order as
+/// [`Write::apply`], so the same bits.
+struct FusedAdam<'a> {
+    /// The gradient's rows for m and for v (`[U, D]`, read at the touched row's position).
+    g: [&'a [f32]; 2],
+    /// (decay, scale) of m and of v, (lr, eps) of the step.
+    h: [[f32; 2]; 3],
+}
+
+impl<'a> FusedAdam<'a> {
+    /// The group's writes when they are exactly that step, all open.
+    fn of(writes: &[Write<'a>], d: usize) -> Option<FusedAdam<'a>> {
+        let [m, v, w] = writes else { return None };
+        let rows_of = |src: &Src<'a>| match *src {
+            Src::Buf(s) if s.len() % d.max(1) == 0 => Some(s),
+            _ => None,
+        };
+        let plain = |x: &Write, square: bool| x.open && x.rule == RowRule::Accumulate { square };
+        let step_reads_moments = w.open
+            && w.rule == RowRule::Step { num_rows: true }
+            && matches!(w.ops.get(..2), Some([Src::Written(0), Src::Written(1)]));
+        if !plain(m, false) || !plain(v, true) || !step_reads_moments {
+            return None;
+        }
+        Some(FusedAdam { g: [rows_of(&m.ops[0])?, rows_of(&v.ops[0])?], h: [m.h, v.h, w.h] })
+    }
+
+    /// [`update_rows_from`]'s loop for this step: `tables` are m, v and w, each
+    /// prefetched a few rows ahead.
+    fn run(&self, tables: &mut [&mut [f32]], first: usize, rows: &[i32], u0: usize, d: usize, num: usize) {
+        const AHEAD: usize = 16;
+        let [m, v, w] = tables else { return };
+        let len = m.len();
+        let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
+        let at = |row: usize| -> Option<usize> { Some((row.checked_sub(first)?) * d).filter(|&a| a + d <= len) };
+        let [[md, ms], [vd, vs], [lr, eps]] = self.h;
+        for (u, &row) in rows.iter().enumerate() {
+            if let Some(a) = rows.get(u + AHEAD).and_then(|&r| row_of(r)).and_then(at) {
+                [&**m, &**v, &**w].into_iter().for_each(|t| memory::prefetch_run(t, a, d));
+            }
+            let (Some(a), k) = (row_of(row).and_then(at), (u0 + u) * d) else { continue };
+            let (Some(g0), Some(g1)) = (self.g[0].get(k..k + d), self.g[1].get(k..k + d)) else { continue };
+            let (mr, vr, wr) = (&mut m[a..a + d], &mut v[a..a + d], &mut w[a..a + d]);
+            for j in 0..d {
+                let mj = md * mr[j] + ms * g0[j];
+                let x = g1[j];
+                let vj = vd * vr[j] + vs * (x * x);
+                mr[j] = mj;
+                vr[j] = vj;
+                wr[j] -= lr * mj / (vj.sqrt() + eps);
             }
         }
     }
