@@ -32,8 +32,9 @@ struct Store {
 
 /// [`Store`] for product `prod`: `meta` gains the epilogue's slots. With `quad` (rows of
 /// C 4-aligned and not transposed), an f32 C stored in place, or under a head split
-/// that keeps each quad whole ([`keeps_quads`]), is bound as quads: lavapipe pays for a storage access per lane, almost as much for a scalar as
-/// for a vec4. `store_c4(i, v)` stores elements `i .. i + 3` either way.
+/// that keeps each quad whole ([`keeps_quads`]), is bound as quads: lavapipe pays for
+/// a storage access per lane, almost as much for a scalar as for a vec4.
+/// `store_c4(i, v)` stores elements `i .. i + 3` either way.
 fn store(
     prod: &Tensor,
     epi: Option<&Epilogue>,
@@ -65,11 +66,7 @@ fn store(
             return Ok(st);
         }
     }
-    let mut g = Gen::new(*caps, e.is_leaf);
-    for &w in meta.iter() {
-        g.slot(w);
-    }
-    g.binding_base = base;
+    let mut g = epilogue_gen(e, meta, base, caps);
     let mut fns = epilogue_fns(&mut g, e.root, prod, caps, quad)?;
     if !quad {
         fns.push_str(STORE_C4_BY_ELEMENT);
@@ -90,6 +87,17 @@ fn store(
     })
 }
 
+/// The code generator of an epilogue: the product kernel's meta slots so far, and its
+/// leaves bound from `base`.
+fn epilogue_gen<'a>(e: &Epilogue<'a>, meta: &[u32], base: u32, caps: &ShaderCaps) -> Gen<'a> {
+    let mut g = Gen::new(*caps, e.is_leaf);
+    for &w in meta {
+        g.slot(w);
+    }
+    g.binding_base = base;
+    g
+}
+
 /// [`store`] with C bound as quads where every f32 leaf of the epilogue is read at the
 /// product's own index or is a row repeated over the rows (a bias): `store_c4` loads
 /// each leaf's quad once (`in{k}[q]`, or `in{k}[q % len]` for a row) and evaluates
@@ -97,11 +105,7 @@ fn store(
 /// `epilogue(i, acc)` found each element's index in its leaves again (two integer
 /// divisions per element for a bias). `None` where a leaf is read otherwise.
 fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps: &ShaderCaps) -> Result<Option<Store>> {
-    let mut g = Gen::new(*caps, e.is_leaf);
-    for &w in meta.iter() {
-        g.slot(w);
-    }
-    g.binding_base = base;
+    let mut g = epilogue_gen(e, meta, base, caps);
     g.param_leaves = true;
     g.param_lanes = 4;
     g.value_leaf = Some((prod.id(), "acc".into()));

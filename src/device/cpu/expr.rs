@@ -620,9 +620,13 @@ impl<'a> Evaluator<'a> {
     /// and filled a chunk of it and the pass read that back. The same float operations
     /// as [`binary`], so the same bits. `None` for other ops, dtypes or operands.
     fn with_constant(&mut self, op: BinaryOp, n: usize, at: &IdxRef) -> Result<Option<Vals>> {
+        use BinaryOp::*;
         let prog = self.prog;
         let ins = &prog.nodes[n].inputs;
         let f32s = ins.iter().chain([&n]).all(|&k| prog.nodes[k].dtype == DType::F32);
+        if !f32s || !matches!(op, Add | Sub | Mul | Div | Maximum | Minimum) {
+            return Ok(None);
+        }
         let full = |k: usize| match prog.nodes[k].kind {
             Kind::Full(v) => Some(v as f32),
             _ => None,
@@ -633,29 +637,21 @@ impl<'a> Evaluator<'a> {
             _ => return Ok(None),
         };
         let nan_or = |a: f32, b: f32, f: fn(f32, f32) -> f32| if a.is_nan() || b.is_nan() { f32::NAN } else { f(a, b) };
-        if !f32s
-            || !matches!(
-                op,
-                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum
-            )
-        {
-            return Ok(None);
-        }
         let Vals::F(mut a) = self.eval(x, at)? else {
             return Err(Error::Unsupported("cpu: an f32 node evaluated to other values".into()));
         };
         match (op, left) {
-            (BinaryOp::Add, false) => map1(&mut a, |a| a + c),
-            (BinaryOp::Add, true) => map1(&mut a, |a| c + a),
-            (BinaryOp::Sub, false) => map1(&mut a, |a| a - c),
-            (BinaryOp::Sub, true) => map1(&mut a, |a| c - a),
-            (BinaryOp::Mul, false) => map1(&mut a, |a| a * c),
-            (BinaryOp::Mul, true) => map1(&mut a, |a| c * a),
-            (BinaryOp::Div, false) => map1(&mut a, |a| a / c),
-            (BinaryOp::Div, true) => map1(&mut a, |a| c / a),
-            (BinaryOp::Maximum, false) => map1(&mut a, |a| nan_or(a, c, f32::max)),
-            (BinaryOp::Maximum, true) => map1(&mut a, |a| nan_or(c, a, f32::max)),
-            (BinaryOp::Minimum, false) => map1(&mut a, |a| nan_or(a, c, f32::min)),
+            (Add, false) => map1(&mut a, |a| a + c),
+            (Add, true) => map1(&mut a, |a| c + a),
+            (Sub, false) => map1(&mut a, |a| a - c),
+            (Sub, true) => map1(&mut a, |a| c - a),
+            (Mul, false) => map1(&mut a, |a| a * c),
+            (Mul, true) => map1(&mut a, |a| c * a),
+            (Div, false) => map1(&mut a, |a| a / c),
+            (Div, true) => map1(&mut a, |a| c / a),
+            (Maximum, false) => map1(&mut a, |a| nan_or(a, c, f32::max)),
+            (Maximum, true) => map1(&mut a, |a| nan_or(c, a, f32::max)),
+            (Minimum, false) => map1(&mut a, |a| nan_or(a, c, f32::min)),
             _ => map1(&mut a, |a| nan_or(c, a, f32::min)),
         }
         Ok(Some(Vals::F(a)))

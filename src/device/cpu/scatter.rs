@@ -230,9 +230,7 @@ fn update_rows_from(
         return;
     }
     let _ = parts;
-    if let Some(adam) = FusedAdam::of(writes, d) {
-        return adam.run(tables, first, rows, u0, d, num);
-    }
+    let adam = FusedAdam::of(writes, d);
     const AHEAD: usize = 16;
     let len = tables.first().map_or(0, |t| t.len());
     let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
@@ -251,6 +249,10 @@ fn update_rows_from(
             }
         }
         if let Some((row, a)) = row_of(row).and_then(|r| Some((r, at(r)?))) {
+            if let Some(adam) = &adam {
+                adam.apply(tables, u0 + u, a, d);
+                continue;
+            }
             for (i, w) in writes.iter().enumerate().filter(|(_, w)| w.open) {
                 let (done, rest) = tables.split_at_mut(i);
                 w.apply(u0 + u, row, d, &mut rest[0][a..a + d], done, a);
@@ -260,10 +262,10 @@ fn update_rows_from(
 }
 
 /// A sparse Adam step as the scheduler groups it (both moments accumulate the
-/// gradient's rows, then the weights step by the new moments at the row), run as one
-/// loop per row over all three tables. The generic pass matches every write's rule and
-/// operands per row and walks the row once per write; this one loads each element of
-/// the gradient, m, v and w once. The same float operations in the same order as
+/// gradient's rows, then the weights step by the new moments at the row), applied to
+/// each row [`update_rows_from`] visits as one loop over all three tables. The generic
+/// pass matches every write's rule and operands per row and walks the row once per
+/// write; this one loads each element of the gradient, m, v and w once. The same float operations in the same order as
 /// [`Write::apply`], so the same bits.
 struct FusedAdam<'a> {
     /// The gradient's rows for m and for v (`[U, D]`, read at the touched row's position).
@@ -290,30 +292,21 @@ impl<'a> FusedAdam<'a> {
         Some(FusedAdam { g: [rows_of(&m.ops[0])?, rows_of(&v.ops[0])?], h: [m.h, v.h, w.h] })
     }
 
-    /// [`update_rows_from`]'s loop for this step: `tables` are m, v and w, each
-    /// prefetched a few rows ahead.
-    fn run(&self, tables: &mut [&mut [f32]], first: usize, rows: &[i32], u0: usize, d: usize, num: usize) {
-        const AHEAD: usize = 16;
+    /// Rewrite one row (at `a` in each table, touched as the `u`-th) of `tables`, which
+    /// are m, v and w.
+    fn apply(&self, tables: &mut [&mut [f32]], u: usize, a: usize, d: usize) {
         let [m, v, w] = tables else { return };
-        let len = m.len();
-        let row_of = |row: i32| usize::try_from(row).ok().filter(|&r| r < num);
-        let at = |row: usize| -> Option<usize> { Some((row.checked_sub(first)?) * d).filter(|&a| a + d <= len) };
+        let k = u * d;
+        let (Some(g0), Some(g1)) = (self.g[0].get(k..k + d), self.g[1].get(k..k + d)) else { return };
         let [[md, ms], [vd, vs], [lr, eps]] = self.h;
-        for (u, &row) in rows.iter().enumerate() {
-            if let Some(a) = rows.get(u + AHEAD).and_then(|&r| row_of(r)).and_then(at) {
-                [&**m, &**v, &**w].into_iter().for_each(|t| memory::prefetch_run(t, a, d));
-            }
-            let (Some(a), k) = (row_of(row).and_then(at), (u0 + u) * d) else { continue };
-            let (Some(g0), Some(g1)) = (self.g[0].get(k..k + d), self.g[1].get(k..k + d)) else { continue };
-            let (mr, vr, wr) = (&mut m[a..a + d], &mut v[a..a + d], &mut w[a..a + d]);
-            for j in 0..d {
-                let mj = md * mr[j] + ms * g0[j];
-                let x = g1[j];
-                let vj = vd * vr[j] + vs * (x * x);
-                mr[j] = mj;
-                vr[j] = vj;
-                wr[j] -= lr * mj / (vj.sqrt() + eps);
-            }
+        let (mr, vr, wr) = (&mut m[a..a + d], &mut v[a..a + d], &mut w[a..a + d]);
+        for j in 0..d {
+            let mj = md * mr[j] + ms * g0[j];
+            let x = g1[j];
+            let vj = vd * vr[j] + vs * (x * x);
+            mr[j] = mj;
+            vr[j] = vj;
+            wr[j] -= lr * mj / (vj.sqrt() + eps);
         }
     }
 }
