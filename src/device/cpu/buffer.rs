@@ -2,6 +2,7 @@
 //! values that fused expressions compute in (f32 for every float dtype, i32, u32, and
 //! one byte per bool).
 
+use super::aligned::AlignedVec;
 use crate::quant;
 use crate::stats::{Counter, Counters};
 use crate::DType;
@@ -12,10 +13,10 @@ use std::sync::Arc;
 /// A realised tensor on the CPU backend.
 #[derive(Clone, Debug)]
 pub(crate) enum HostBuffer {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    I32(Vec<i32>),
-    U32(Vec<u32>),
+    F32(AlignedVec<f32>),
+    F16(AlignedVec<f16>),
+    I32(AlignedVec<i32>),
+    U32(AlignedVec<u32>),
     /// One byte per element, 0 or 1.
     Bool(Vec<u8>),
     /// Q8_0 or Q4_0: GGUF blocks, exactly as given or as quantised.
@@ -68,9 +69,18 @@ impl Drop for CpuBuffer {
     }
 }
 
-/// `v` after `f` has seen it.
-fn with<T>(mut v: Vec<T>, f: impl FnOnce(&mut [T])) -> Vec<T> {
-    f(&mut v);
+/// `n` zeros, aligned, backed by huge pages where the OS allows.
+fn big<T: Copy + Default>(n: usize) -> AlignedVec<T> {
+    let mut v = AlignedVec::zeroed(n);
+    super::memory::advise_huge_pages(&mut v);
+    v
+}
+
+/// `values` converted by `f`, in storage laid out as [`big`]'s (an uploaded table is
+/// aligned as a computed one).
+fn filled<T: Copy + Default>(values: &[f64], f: impl Fn(f64) -> T) -> AlignedVec<T> {
+    let mut v = big(values.len());
+    v.iter_mut().zip(values).for_each(|(o, &x)| *o = f(x));
     v
 }
 
@@ -168,10 +178,10 @@ impl HostBuffer {
     /// Host values (already rounded to `dtype`) in `dtype`'s storage.
     pub fn from_f64(dtype: DType, values: &[f64]) -> HostBuffer {
         match dtype {
-            DType::F32 => HostBuffer::F32(values.iter().map(|&v| v as f32).collect()),
-            DType::F16 => HostBuffer::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
-            DType::I32 => HostBuffer::I32(values.iter().map(|&v| v as i32).collect()),
-            DType::U32 => HostBuffer::U32(values.iter().map(|&v| v as u32).collect()),
+            DType::F32 => HostBuffer::F32(filled(values, |v| v as f32)),
+            DType::F16 => HostBuffer::F16(filled(values, f16::from_f64)),
+            DType::I32 => HostBuffer::I32(filled(values, |v| v as i32)),
+            DType::U32 => HostBuffer::U32(filled(values, |v| v as u32)),
             DType::Bool => HostBuffer::Bool(values.iter().map(|&v| u8::from(v != 0.0)).collect()),
             DType::Q8_0 | DType::Q4_0 => {
                 let f: Vec<f32> = values.iter().map(|&v| v as f32).collect();
@@ -195,30 +205,30 @@ impl HostBuffer {
     }
 
     fn output(dtype: DType, n: usize, zeroed: bool) -> HostBuffer {
-        use super::memory::advise_huge_pages as huge;
         if let Some(b) = super::memory::take(dtype, n, zeroed) {
             return b;
         }
         // A buffer the pool may take back later gets its size class's room, so that
         // next step's buffer of a slightly different length can reuse it. Allocated
         // zeroed (`vec!` of zero bits is calloc): fresh pages come zero from the OS
-        // without a pass over them.
+        // without a pass over them. Aligned ([`AlignedVec`]): rows of a large table
+        // then span as few cache lines as they can.
         if let Some(room) = super::memory::pooled_capacity(dtype, n) {
             let mut b = match dtype {
-                DType::F32 => HostBuffer::F32(vec![0.0; room]),
-                DType::F16 => HostBuffer::F16(vec![f16::ZERO; room]),
-                DType::I32 => HostBuffer::I32(vec![0; room]),
-                DType::U32 => HostBuffer::U32(vec![0; room]),
+                DType::F32 => HostBuffer::F32(AlignedVec::zeroed(room)),
+                DType::F16 => HostBuffer::F16(AlignedVec::zeroed(room)),
+                DType::I32 => HostBuffer::I32(AlignedVec::zeroed(room)),
+                DType::U32 => HostBuffer::U32(AlignedVec::zeroed(room)),
                 _ => HostBuffer::Bool(vec![0; room]),
             };
             b.reset_len(n);
             return b;
         }
         match dtype {
-            DType::F32 => HostBuffer::F32(with(vec![0.0; n], huge)),
-            DType::F16 => HostBuffer::F16(with(vec![f16::ZERO; n], huge)),
-            DType::I32 => HostBuffer::I32(with(vec![0; n], huge)),
-            DType::U32 => HostBuffer::U32(with(vec![0; n], huge)),
+            DType::F32 => HostBuffer::F32(big(n)),
+            DType::F16 => HostBuffer::F16(big(n)),
+            DType::I32 => HostBuffer::I32(big(n)),
+            DType::U32 => HostBuffer::U32(big(n)),
             DType::Bool => HostBuffer::Bool(vec![0; n]),
             DType::Q8_0 | DType::Q4_0 => HostBuffer::Quant(dtype, vec![0; quant::gguf_bytes(dtype, n)]),
         }
@@ -336,7 +346,7 @@ impl HostBuffer {
     /// f32 values of a float or quantised buffer (a copy; f16 and blocks converted).
     pub fn to_f32(&self) -> Vec<f32> {
         match self {
-            HostBuffer::F32(v) => v.clone(),
+            HostBuffer::F32(v) => v.to_vec(),
             HostBuffer::F16(v) => {
                 let mut out = vec![0.0f32; v.len()];
                 v.convert_to_f32_slice(&mut out);
@@ -392,21 +402,22 @@ impl HostBuffer {
             v.resize(n, zero);
         }
         match self {
-            HostBuffer::F32(v) => go(v, n, 0.0),
-            HostBuffer::F16(v) => go(v, n, f16::ZERO),
-            HostBuffer::I32(v) => go(v, n, 0),
-            HostBuffer::U32(v) => go(v, n, 0),
+            HostBuffer::F32(v) => v.reset_len(n),
+            HostBuffer::F16(v) => v.reset_len(n),
+            HostBuffer::I32(v) => v.reset_len(n),
+            HostBuffer::U32(v) => v.reset_len(n),
             HostBuffer::Bool(v) | HostBuffer::Quant(_, v) => go(v, n, 0),
         }
     }
 
-    /// f32 values, moved out when this is an f32 buffer (no copy), else [`to_f32`].
+    /// f32 values, moved out when this is an f32 buffer (no copy, still aligned), else
+    /// [`to_f32`].
     ///
     /// [`to_f32`]: HostBuffer::to_f32
-    pub fn into_f32(self) -> Vec<f32> {
+    pub fn into_f32(self) -> AlignedVec<f32> {
         match self {
             HostBuffer::F32(v) => v,
-            other => other.to_f32(),
+            other => other.to_f32().into(),
         }
     }
 

@@ -228,7 +228,7 @@ mod tests {
         // The budget holds: the oldest buffers leave first. (Room without values: the
         // pages are never touched.)
         let big: Vec<HostBuffer> = (0..(POOL_MAX_BYTES / POOL_MAX_BUFFER + 2))
-            .map(|_| HostBuffer::F32(Vec::with_capacity(POOL_MAX_BUFFER as usize / 4)))
+            .map(|_| HostBuffer::F32(Vec::with_capacity(POOL_MAX_BUFFER as usize / 4).into()))
             .collect();
         big.into_iter().for_each(recycle);
         assert!(pool::lock().1 <= POOL_MAX_BYTES);

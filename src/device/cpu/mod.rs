@@ -16,6 +16,7 @@
 //! A convolution reaches here as `Im2col` (an element-wise kernel, materialised because
 //! it is a matmul operand) under a matmul: im2col plus GEMM.
 
+mod aligned;
 pub(crate) mod buffer;
 mod expr;
 mod math;

@@ -316,7 +316,7 @@ pub(crate) fn segment(op: ReduceOp, values: &[f32], offsets: &[f64], d: usize) -
                     *o = argmax_of(seg, c).map_or(-1, |(k, _)| k as i32);
                 }
             });
-            HostBuffer::I32(out)
+            HostBuffer::I32(out.into())
         }
         _ => {
             let mut out = HostBuffer::zeros(DType::F32, s * d).into_f32();
@@ -423,5 +423,5 @@ pub(crate) fn topk(values: &[f32], n: usize, k: usize) -> HostBuffer {
             *o = *j as i32;
         }
     });
-    HostBuffer::I32(out)
+    HostBuffer::I32(out.into())
 }

@@ -231,7 +231,7 @@ pub(crate) fn attention(
         round_f16(&mut out);
         let mut h = vec![half::f16::ZERO; out.len()];
         half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut h[..], &out);
-        return Ok(HostBuffer::F16(h));
+        return Ok(HostBuffer::F16(h.into()));
     }
     Ok(HostBuffer::F32(out))
 }

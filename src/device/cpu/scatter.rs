@@ -138,7 +138,7 @@ pub(super) fn run_group(
     let mut all_f32 = true;
     for (_, b, _) in owned.iter_mut() {
         match b.data_mut() {
-            HostBuffer::F32(t) if t.len() == r * d => tables.push(t.as_mut_slice()),
+            HostBuffer::F32(t) if t.len() == r * d => tables.push(&mut t[..]),
             _ => all_f32 = false,
         }
     }
@@ -172,7 +172,7 @@ impl Held {
         match self {
             Held::Written(j) => Ok(Src::Written(*j)),
             Held::Buf(b) => match &***b {
-                HostBuffer::F32(v) => Ok(Src::Buf(v.as_slice())),
+                HostBuffer::F32(v) => Ok(Src::Buf(&v[..])),
                 _ => Err(Error::Unsupported("cpu: row writes take f32 operands".into())),
             },
         }
