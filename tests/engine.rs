@@ -619,3 +619,22 @@ fn to_le_bytes_per_dtype() {
         assert!(pollster::block_on(q.to_le_bytes()).is_err(), "q8_0 on {dev}");
     }
 }
+
+#[test]
+fn zeros_come_back_zero_from_reused_memory_and_negative_zero_keeps_its_sign() {
+    // The CPU backend makes a zero constant a zeroed buffer, without evaluating it: a
+    // buffer it reuses must still come back all zero, and -0.0 is not that constant.
+    for d in devices() {
+        let n = 100_003;
+        for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
+            // Leave freed buffers of this size full of sevens (or true) behind.
+            let sevens = (Tensor::zeros([n], DType::F32, &d) + 7.0).cast(dt);
+            tessera::read_all_blocking(std::slice::from_ref(&sevens)).unwrap();
+            drop(sevens);
+            let z = Tensor::zeros([n], dt, &d).cast(DType::F32).to_vec_blocking::<f32>().unwrap();
+            assert!(z.iter().all(|&x| x.to_bits() == 0), "{dt:?} zeros on {}", common::label(&d));
+        }
+        let neg = Tensor::full(-0.0, [n], DType::F32, &d).to_vec_blocking::<f32>().unwrap();
+        assert!(neg.iter().all(|&x| x.to_bits() == 0x8000_0000), "-0.0 keeps its sign on {}", common::label(&d));
+    }
+}

@@ -363,6 +363,12 @@ impl Program {
     /// Evaluate the whole root into a new buffer of its dtype, chunk by chunk (in
     /// parallel where it is large).
     pub fn run(&self, numel: usize) -> Result<HostBuffer> {
+        // Zeros (an optimiser's moments, a gradient's start): a zeroed buffer without a
+        // pass over it. Fresh pages then come from the OS as rows are first written, as
+        // calloc's do: a table pays for the pages its rows use, when it uses them.
+        if matches!(self.nodes[self.root].kind, Kind::Full(v) if v.to_bits() == 0) && !self.dtype().is_quantized() {
+            return Ok(HostBuffer::zeros(self.dtype(), numel));
+        }
         let mut out = HostBuffer::for_overwrite(self.dtype(), numel);
         write_chunks(&mut out, |start, n| self.eval(Idx::Range(start, n)))?;
         Ok(out)
