@@ -299,19 +299,20 @@ impl<'a> FusedAdam<'a> {
         let k = u * d;
         let (Some(g0), Some(g1)) = (self.g[0].get(k..k + d), self.g[1].get(k..k + d)) else { return };
         let (mr, vr, wr) = (&mut m[a..a + d], &mut v[a..a + d], &mut w[a..a + d]);
+        // SAFETY: the CPU has the features of its `simd` level.
         #[cfg(target_arch = "x86_64")]
-        if super::math::avx2() {
-            // SAFETY: the CPU has AVX2 (checked above).
-            unsafe { adam_row_avx2(mr, vr, wr, g0, g1, self.h) };
-            return;
+        match super::math::simd() {
+            super::math::Simd::Avx512 => return unsafe { adam_row_avx512(mr, vr, wr, g0, g1, self.h) },
+            super::math::Simd::Avx2 => return unsafe { adam_row_avx2(mr, vr, wr, g0, g1, self.h) },
+            super::math::Simd::Base => {}
         }
         adam_row(mr, vr, wr, g0, g1, self.h);
     }
 }
 
 /// One row of [`FusedAdam`]: a loop the compiler vectorises (its square roots and
-/// divisions are most of its time in cache), compiled again for AVX2 as `math::map1`
-/// is. Separate multiplies and adds (Rust never fuses them), so the same bits either way.
+/// divisions are most of its time in cache), compiled again for AVX2 and AVX-512 as
+/// `math::map1` is. Separate multiplies and adds (Rust never fuses them), so the same bits either way.
 #[inline(always)]
 fn adam_row(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
     let [[md, ms], [vd, vs], [lr, eps]] = h;
@@ -327,5 +328,11 @@ fn adam_row(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32],
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn adam_row_avx2(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
+    adam_row(m, v, w, g0, g1, h)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn adam_row_avx512(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
     adam_row(m, v, w, g0, g1, h)
 }
