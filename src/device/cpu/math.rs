@@ -7,6 +7,7 @@
 
 /// The widest vector instructions this CPU has that the loops are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub enum Simd {
     /// The target's baseline (SSE2 on x86-64, simd128 in wasm).
     Base,
