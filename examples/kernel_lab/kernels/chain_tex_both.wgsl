@@ -1,4 +1,5 @@
 // The chain from an rgba32float texture into a storage texture (--tex-a TW --tex-out TW).
+// Run: --a-len 4194304 --out-len 4194304 --groups 1024,1,1 --tex-a 1024 --tex-out 1024 --const TW=1024
 @group(0) @binding(0) var<uniform> params: array<vec4<u32>, 1>;
 @group(0) @binding(1) var out: texture_storage_2d<rgba32float, write>;
 @group(0) @binding(2) var in_a: texture_2d<f32>;
