@@ -2,9 +2,9 @@
 //! storage. The allocator aligns a large block to 16 bytes only (glibc's `mmap`ped
 //! blocks start 16 bytes into a page), so a 128-byte row of a table, 32 f32 values,
 //! spans three cache lines instead of two: a row gathered or updated at random then
-//! costs half as many memory transfers again (a sparse Adam step over 8,150 rows of
-//! three 1M-row tables, plain Rust on this backend's loop: about 1.0–1.2 ms misaligned
-//! against 0.6–0.7 ms aligned). Alignment to two lines also keeps a row within the
+//! costs three line transfers where two would do (a sparse Adam step over 8,150 rows
+//! of three 1M-row tables, plain Rust on this backend's loop: about 1.0–1.2 ms
+//! misaligned against 0.6–0.7 ms aligned). Alignment to two lines also keeps a row within the
 //! pair the adjacent-line prefetcher loads together.
 
 use std::ops::{Deref, DerefMut};
@@ -32,11 +32,11 @@ impl<T: Copy + Default> AlignedVec<T> {
     /// pages can still be asked for).
     pub fn zeroed(n: usize) -> AlignedVec<T> {
         let size = std::mem::size_of::<T>().max(1);
-        if n * size < ALIGN_FROM_BYTES {
+        if n.saturating_mul(size) < ALIGN_FROM_BYTES {
             return AlignedVec { vec: vec![T::default(); n], off: 0, room: n };
         }
         let pad = ALIGN_BYTES / size - 1;
-        let mut vec = vec![T::default(); n + pad];
+        let mut vec = vec![T::default(); n.saturating_add(pad)];
         let off = (ALIGN_BYTES - vec.as_ptr() as usize % ALIGN_BYTES) % ALIGN_BYTES / size;
         vec.truncate(off + n);
         AlignedVec { vec, off, room: n }
