@@ -1,5 +1,5 @@
-//! Vectorised loops for the CPU backend: [`map1`] and [`map2`] (compiled for the
-//! baseline, AVX2 and AVX-512, and dispatched once per loop), and branch-free f32
+//! Vectorised loops for the CPU backend: [`vectorised`] (a loop compiled for the
+//! baseline, AVX2 and AVX-512, and dispatched once per loop), [`map1`] and [`map2`] over it, and branch-free f32
 //! `exp`, `tanh` and `erf` that inline into them. The C library's `expf` and `erff` are calls
 //! with branches, one element at a time; these vectorise (on SSE2 as on AVX2 and wasm's
 //! simd128) and stay within a few ulp of the exact value, which the tests check
@@ -36,85 +36,62 @@ pub fn simd() -> Simd {
     Simd::Base
 }
 
-/// `f(x)` for every element, in place: a loop the compiler vectorises, compiled again
-/// for AVX2 (8 lanes) and AVX-512 (16), and run at this CPU's [`simd`] level. Every
-/// lane does the same operations at every width, so the same bits.
+/// `f()` compiled for this CPU's [`simd`] level: a loop in `f` (inlined into the
+/// level's twin below) vectorises at that width. Every lane does the same operations
+/// at every width, so the same bits.
 #[inline(always)]
-pub fn map1<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
-    map1_at(simd(), v, f)
+pub fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    at_level(simd(), f)
 }
 
-/// [`map1`] at `level`, which must be at most [`simd`]'s.
+/// [`vectorised`] at `level`, which must be at most [`simd`]'s.
 #[inline(always)]
-fn map1_at<T: Copy>(level: Simd, v: &mut [T], f: impl Fn(T) -> T) {
+fn at_level<R>(level: Simd, f: impl FnOnce() -> R) -> R {
     debug_assert!(level <= simd());
     // SAFETY: the CPU has the level's features ([`simd`] found them; callers pass no
     // higher level).
     #[cfg(target_arch = "x86_64")]
     match level {
-        Simd::Avx512 => return unsafe { map1_avx512(v, f) },
-        Simd::Avx2 => return unsafe { map1_avx2(v, f) },
+        Simd::Avx512 => return unsafe { run_avx512(f) },
+        Simd::Avx2 => return unsafe { run_avx2(f) },
         Simd::Base => {}
     }
     let _ = level;
-    for x in v {
-        *x = f(*x);
-    }
+    f()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn map1_avx2<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
-    for x in v {
-        *x = f(*x);
-    }
+unsafe fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn map1_avx512<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
-    for x in v {
-        *x = f(*x);
-    }
+unsafe fn run_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
-/// `a[i] = f(a[i], b[i])`, in place, at this CPU's [`simd`] level, as [`map1`].
+/// `f(x)` for every element, in place, [`vectorised`].
+#[inline(always)]
+pub fn map1<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
+    map1_at(simd(), v, f)
+}
+
+#[inline(always)]
+fn map1_at<T: Copy>(level: Simd, v: &mut [T], f: impl Fn(T) -> T) {
+    at_level(level, || v.iter_mut().for_each(|x| *x = f(*x)))
+}
+
+/// `a[i] = f(a[i], b[i])`, in place, [`vectorised`].
 #[inline(always)]
 pub fn map2<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
     map2_at(simd(), a, b, f)
 }
 
-/// [`map2`] at `level`, which must be at most [`simd`]'s.
 #[inline(always)]
 fn map2_at<T: Copy>(level: Simd, a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
-    debug_assert!(level <= simd());
-    // SAFETY: as in [`map1_at`].
-    #[cfg(target_arch = "x86_64")]
-    match level {
-        Simd::Avx512 => return unsafe { map2_avx512(a, b, f) },
-        Simd::Avx2 => return unsafe { map2_avx2(a, b, f) },
-        Simd::Base => {}
-    }
-    let _ = level;
-    for (x, &y) in a.iter_mut().zip(b) {
-        *x = f(*x, y);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn map2_avx2<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
-    for (x, &y) in a.iter_mut().zip(b) {
-        *x = f(*x, y);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn map2_avx512<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
-    for (x, &y) in a.iter_mut().zip(b) {
-        *x = f(*x, y);
-    }
+    at_level(level, || a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)))
 }
 
 /// 1.5 · 2^23: adding and subtracting it rounds an f32 to the nearest integer.

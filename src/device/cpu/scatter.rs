@@ -299,20 +299,13 @@ impl<'a> FusedAdam<'a> {
         let k = u * d;
         let (Some(g0), Some(g1)) = (self.g[0].get(k..k + d), self.g[1].get(k..k + d)) else { return };
         let (mr, vr, wr) = (&mut m[a..a + d], &mut v[a..a + d], &mut w[a..a + d]);
-        // SAFETY: the CPU has the features of its `simd` level.
-        #[cfg(target_arch = "x86_64")]
-        match super::math::simd() {
-            super::math::Simd::Avx512 => return unsafe { adam_row_avx512(mr, vr, wr, g0, g1, self.h) },
-            super::math::Simd::Avx2 => return unsafe { adam_row_avx2(mr, vr, wr, g0, g1, self.h) },
-            super::math::Simd::Base => {}
-        }
-        adam_row(mr, vr, wr, g0, g1, self.h);
+        super::math::vectorised(|| adam_row(mr, vr, wr, g0, g1, self.h));
     }
 }
 
 /// One row of [`FusedAdam`]: a loop the compiler vectorises (its square roots and
-/// divisions are most of its time in cache), compiled again for AVX2 and AVX-512 as
-/// `math::map1` is. Separate multiplies and adds (Rust never fuses them), so the same bits either way.
+/// divisions are most of its time in cache), run `math::vectorised`. Separate
+/// multiplies and adds (Rust never fuses them), so the same bits at every width.
 #[inline(always)]
 fn adam_row(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
     let [[md, ms], [vd, vs], [lr, eps]] = h;
@@ -323,16 +316,4 @@ fn adam_row(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32],
         *v = vj;
         *w -= lr * mj / (vj.sqrt() + eps);
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn adam_row_avx2(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
-    adam_row(m, v, w, g0, g1, h)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2")]
-unsafe fn adam_row_avx512(m: &mut [f32], v: &mut [f32], w: &mut [f32], g0: &[f32], g1: &[f32], h: [[f32; 2]; 3]) {
-    adam_row(m, v, w, g0, g1, h)
 }
