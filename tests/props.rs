@@ -256,8 +256,9 @@ proptest! {
     /// Chains of movement ops over fused expressions and over buffers (permutes,
     /// broadcasts, slices with steps, pads, reshapes, concatenations), on odd shapes,
     /// as element-wise kernels and under a reduction: the index arithmetic the CPU
-    /// backend folds (strided maps, stretches along the innermost axis) and the GPU
-    /// codegen renders.
+    /// backend folds (strided maps, stretches along the innermost axis, an expression
+    /// evaluated once under a broadcast, concatenations and reductions over a middle
+    /// axis) and the GPU codegen renders.
     #[test]
     fn random_movement_chains_match(
         s in prop::collection::vec(prop_oneof![Just(1usize), Just(2), Just(3), Just(7), Just(33)], 3),
@@ -281,7 +282,17 @@ proptest! {
             let flat = padded.reshape([pd[0], (len + pad.0 + pad.1) * (pd[2] + 1)]);
             let bc = p.sum(&[2], true).broadcast_to(pd.clone()) * &p;
             let cat = Tensor::concat(&[bc.clone(), p.neg()], 2);
-            vec![padded, flat.exp(), bc.sum(&[0, 2], false), cat.max(&[1], false), cat.permute(&[2, 0, 1]) + 1.0]
+            // Along a middle axis, then reduced over it.
+            let mid = Tensor::concat(&[p.exp(), sl.clone(), bc.clone()], 1);
+            vec![
+                padded,
+                flat.exp(),
+                bc.sum(&[0, 2], false),
+                cat.max(&[1], false),
+                cat.permute(&[2, 0, 1]) + 1.0,
+                mid.sum(&[1], false),
+                mid * 0.5,
+            ]
         };
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
         for d in &devices() {

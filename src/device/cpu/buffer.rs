@@ -123,20 +123,6 @@ impl Vals {
         }
     }
 
-    /// `self[offset..offset + src.len()] = src` (both of one compute type).
-    pub fn write_at(&mut self, offset: usize, src: &Vals) {
-        fn go<T: Copy>(dst: &mut [T], offset: usize, src: &[T]) {
-            dst[offset..offset + src.len()].copy_from_slice(src);
-        }
-        match (self, src) {
-            (Vals::F(d), Vals::F(s)) => go(d, offset, s),
-            (Vals::I(d), Vals::I(s)) => go(d, offset, s),
-            (Vals::U(d), Vals::U(s)) => go(d, offset, s),
-            (Vals::B(d), Vals::B(s)) => go(d, offset, s),
-            _ => debug_assert!(false, "write_at between compute types"),
-        }
-    }
-
     /// `self[pos[j]] = src[j]` for every `j` (both of one compute type).
     pub fn scatter(&mut self, pos: &[usize], src: &Vals) {
         fn go<T: Copy>(dst: &mut [T], pos: &[usize], src: &[T]) {
@@ -150,6 +136,48 @@ impl Vals {
             (Vals::U(d), Vals::U(s)) => go(d, pos, s),
             (Vals::B(d), Vals::B(s)) => go(d, pos, s),
             _ => debug_assert!(false, "scatter between compute types"),
+        }
+    }
+
+    /// The values at `runs` (first index, length), each run stepping by `stride`, read
+    /// from `self` as the values of indices `base..` (so index `i` is `self[i - base]`).
+    pub fn pick_runs(&self, runs: &[(usize, usize)], stride: usize, base: usize) -> Vals {
+        fn go<T: Copy>(v: &[T], runs: &[(usize, usize)], stride: usize, base: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(runs.iter().map(|r| r.1).sum());
+            for &(s, l) in runs {
+                let s = s - base;
+                match stride {
+                    1 => out.extend_from_slice(&v[s..s + l]),
+                    0 => out.extend(std::iter::repeat_n(v[s], l)),
+                    _ => out.extend((0..l).map(|j| v[s + j * stride])),
+                }
+            }
+            out
+        }
+        match self {
+            Vals::F(v) => Vals::F(go(v, runs, stride, base)),
+            Vals::I(v) => Vals::I(go(v, runs, stride, base)),
+            Vals::U(v) => Vals::U(go(v, runs, stride, base)),
+            Vals::B(v) => Vals::B(go(v, runs, stride, base)),
+        }
+    }
+
+    /// `src`'s values, in order, written over the stretches `runs` (start, length) of
+    /// `self` (both of one compute type).
+    pub fn place(&mut self, runs: &[(usize, usize)], src: &Vals) {
+        fn go<T: Copy>(dst: &mut [T], runs: &[(usize, usize)], src: &[T]) {
+            let mut at = 0;
+            for &(p, l) in runs {
+                dst[p..p + l].copy_from_slice(&src[at..at + l]);
+                at += l;
+            }
+        }
+        match (self, src) {
+            (Vals::F(d), Vals::F(s)) => go(d, runs, s),
+            (Vals::I(d), Vals::I(s)) => go(d, runs, s),
+            (Vals::U(d), Vals::U(s)) => go(d, runs, s),
+            (Vals::B(d), Vals::B(s)) => go(d, runs, s),
+            _ => debug_assert!(false, "place between compute types"),
         }
     }
 

@@ -518,6 +518,34 @@ fn each_coord(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
     }
 }
 
+/// Visit the stretches of `idx` (a range or runs over `dims`, rank 1 or more) cut at
+/// the ends of rows of the innermost axis: `f(position, coords of its first element,
+/// length)`.
+fn each_row_piece(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize], usize)) {
+    let r = dims.len();
+    let mut c = vec![0usize; r];
+    let mut p = 0;
+    for (start, n) in idx.runs() {
+        if n == 0 {
+            continue;
+        }
+        crate::shape::unravel(start, dims, &mut c);
+        let mut left = n;
+        while left > 0 {
+            let l = (dims[r - 1] - c[r - 1]).min(left);
+            f(p, &c, l);
+            (p, left) = (p + l, left - l);
+            c[r - 1] += l;
+            let mut d = r - 1;
+            while d > 0 && c[d] == dims[d] {
+                c[d] = 0;
+                d -= 1;
+                c[d] += 1;
+            }
+        }
+    }
+}
+
 /// `offset + sum(coord[d] * strides[d])` for every index of `idx` over `dims`.
 fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) -> Vec<usize> {
     let r = dims.len();
@@ -716,32 +744,79 @@ impl<'a> Evaluator<'a> {
                         self.eval_at(ins[0], Idx::Runs(r.iter().map(|&(s, l)| (offset + s, l)).collect()))?
                     }
                     // Stretches along the innermost axis: a view of a buffer copies them
-                    // (rows of a broadcast, say); an expression is evaluated on them.
+                    // (rows of a broadcast, say); an expression is evaluated once over
+                    // the window they span when that is no more than they hold (a
+                    // broadcast repeats its input: each value is computed once, not once
+                    // per copy), else on the stretches themselves.
                     (Idx::Range(..) | Idx::Runs(_), kind) if last.is_some() => {
+                        let ls = last.unwrap_or(1);
                         let mut runs = Vec::new();
                         for (s, l) in at.idx.runs() {
                             for run in strided_runs(s, l, &node.dims, *offset, strides) {
                                 // Stretches that touch merge only when they step by 1.
-                                if last == Some(1) {
+                                if ls == 1 {
                                     push_run(&mut runs, run);
                                 } else {
                                     runs.push(run);
                                 }
                             }
                         }
-                        match (kind, last) {
-                            (Kind::Leaf(b), Some(ls)) => b.load_runs(&runs, ls),
-                            (_, Some(1)) => self.eval_at(ins[0], Idx::Runs(runs))?,
+                        let (lo, hi) = runs
+                            .iter()
+                            .filter(|r| r.1 > 0)
+                            .fold((usize::MAX, 0), |(lo, hi), &(s, l)| (lo.min(s), hi.max(s + (l - 1) * ls)));
+                        match kind {
+                            Kind::Leaf(b) => b.load_runs(&runs, ls),
+                            _ if lo <= hi && hi - lo < len => {
+                                self.eval_at(ins[0], Idx::Range(lo, hi - lo + 1))?.pick_runs(&runs, ls, lo)
+                            }
+                            _ if ls == 1 => self.eval_at(ins[0], Idx::Runs(runs))?,
                             _ => {
                                 self.eval_at(ins[0], Idx::List(strided_indices(&at.idx, &node.dims, *offset, strides)))?
                             }
                         }
                     }
-                    (i, _) => {
-                        let idx = Idx::List(strided_indices(i, &node.dims, *offset, strides));
-                        self.eval_at(ins[0], idx)?
+                    (i, kind) => {
+                        let src = strided_indices(i, &node.dims, *offset, strides);
+                        let (lo, hi) = src.iter().fold((usize::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+                        match kind {
+                            Kind::Leaf(_) => self.eval_at(ins[0], Idx::List(src))?,
+                            _ if lo <= hi && hi - lo < len => {
+                                let runs: Vec<(usize, usize)> = src.iter().map(|&s| (s, 1)).collect();
+                                self.eval_at(ins[0], Idx::Range(lo, hi - lo + 1))?.pick_runs(&runs, 1, lo)
+                            }
+                            _ => self.eval_at(ins[0], Idx::List(src))?,
+                        }
                     }
                 }
+            }
+            Kind::Pad { before, value } if !matches!(at.idx, Idx::List(_)) && !node.dims.is_empty() => {
+                // Along each row of the innermost axis the input's part is one stretch.
+                let from = &prog.nodes[ins[0]].dims;
+                let fs = strides_of(from);
+                let r = node.dims.len();
+                let (b, f) = (before[r - 1], from[r - 1]);
+                let (mut src, mut pos) = (Vec::new(), Vec::new());
+                each_row_piece(&at.idx, &node.dims, |p, c, l| {
+                    let mut acc = 0;
+                    for d in 0..r - 1 {
+                        if c[d] < before[d] || c[d] - before[d] >= from[d] {
+                            return;
+                        }
+                        acc += (c[d] - before[d]) * fs[d];
+                    }
+                    let (lo, hi) = (c[r - 1].max(b), (c[r - 1] + l).min(b + f));
+                    if lo < hi {
+                        push_run(&mut src, (acc + lo - b, hi - lo));
+                        push_run(&mut pos, (p + lo - c[r - 1], hi - lo));
+                    }
+                });
+                let mut out = Vals::splat(dt, dt.round(*value), len);
+                if !src.is_empty() {
+                    let v = self.eval_at(ins[0], Idx::Runs(src))?;
+                    out.place(&pos, &v);
+                }
+                out
             }
             Kind::Pad { before, value } => {
                 let from = &prog.nodes[ins[0]].dims;
@@ -760,23 +835,40 @@ impl<'a> Evaluator<'a> {
                 });
                 self.scatter_from(dt, len, *value, ins[0], &pos, src)?
             }
-            Kind::Concat { axis }
-                if node.dims[..*axis].iter().product::<usize>() == 1 && matches!(at.idx, Idx::Range(..)) =>
-            {
-                // Along the outermost axis each input is one contiguous stretch of the
-                // output: evaluate the part of each that the chunk covers as a range.
-                let Idx::Range(a, n) = at.idx else { unreachable!("matched a range") };
-                let inner: usize = node.dims[*axis + 1..].iter().product();
-                let mut out = Vals::splat(dt, 0.0, len);
-                let mut start = 0;
+            Kind::Concat { axis } if !matches!(at.idx, Idx::List(_)) => {
+                // Each block of the elements after the axis is one stretch of one input:
+                // each input is evaluated once, on its stretches, and they are placed.
+                let inner = inner_len(&node.dims, *axis);
+                let na = node.dims[*axis];
+                let mut starts = Vec::with_capacity(ins.len());
+                let mut acc = 0;
                 for &i in ins {
-                    let size = prog.nodes[i].dims[*axis] * inner;
-                    let (lo, hi) = (a.max(start), (a + n).min(start + size));
-                    if lo < hi {
-                        let v = self.eval_at(i, Idx::Range(lo - start, hi - lo))?;
-                        out.write_at(lo - a, &v);
+                    starts.push(acc);
+                    acc += prog.nodes[i].dims[*axis];
+                }
+                // Per input: its stretches, and where their values go in the chunk.
+                let mut parts: Vec<(Vec<(usize, usize)>, Vec<(usize, usize)>)> = vec![Default::default(); ins.len()];
+                let mut p = 0;
+                for (start, n) in at.idx.runs() {
+                    let mut i = start;
+                    while i < start + n {
+                        let l = ((i / inner + 1) * inner).min(start + n) - i;
+                        let c = (i / inner) % na;
+                        let k = starts.partition_point(|&s| s <= c) - 1;
+                        let size = prog.nodes[ins[k]].dims[*axis];
+                        let src = ((i / inner / na) * size + c - starts[k]) * inner + i % inner;
+                        push_run(&mut parts[k].0, (src, l));
+                        push_run(&mut parts[k].1, (p, l));
+                        (p, i) = (p + l, i + l);
                     }
-                    start += size;
+                }
+                let mut out = Vals::splat(dt, 0.0, len);
+                for (k, (src, pos)) in parts.into_iter().enumerate() {
+                    if !src.is_empty() {
+                        let idx = if src.len() == 1 { Idx::Range(src[0].0, src[0].1) } else { Idx::Runs(src) };
+                        let v = self.eval_at(ins[k], idx)?;
+                        out.place(&pos, &v);
+                    }
                 }
                 out
             }

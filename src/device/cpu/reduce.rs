@@ -155,6 +155,8 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
         rows(prog, op, n_out, len, wrap)?
     } else if prefix {
         columns(prog, op, n_out, len, wrap)?
+    } else if let Some((outer, inner)) = around_block(xd, &red, &kept) {
+        middle(prog, op, outer, len, inner, wrap)?
     } else {
         gathered(prog, op, xd, &red, &kept, n_out, len, wrap)?
     };
@@ -239,6 +241,47 @@ fn columns(prog: &Program, op: ReduceOp, n_out: usize, len: usize, wrap: fn(i64)
         }
     }
     Ok(out)
+}
+
+/// The elements before and after the reduced axes (`red`, non-empty) when they are
+/// one block of consecutive axes with every kept axis (`kept`) outside it.
+fn around_block(xd: &[usize], red: &[usize], kept: &[usize]) -> Option<(usize, usize)> {
+    let (first, last) = (*red.first()?, *red.last()?);
+    kept.iter().all(|&k| k < first || k > last).then(|| (xd[..first].iter().product(), xd[last + 1..].iter().product()))
+}
+
+/// Outputs `(o, j)` folding input elements `(o * len + k) * inner + j` over `k` (a
+/// block of middle axes reduced): the input evaluated in ranges of whole rows of
+/// `inner`, each row folded into its outputs in reduction order.
+fn middle(
+    prog: &Program,
+    op: ReduceOp,
+    outer: usize,
+    len: usize,
+    inner: usize,
+    wrap: fn(i64) -> i64,
+) -> Result<Vec<Acc>> {
+    let rows_per = (CHUNK / inner).max(1);
+    let per = (rows_per / len).max(1);
+    let parts = par::map(outer.div_ceil(per), par::worth(outer * len * inner), |b| {
+        let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
+        let mut accs = vec![Acc::Empty; (o1 - o0) * inner];
+        let (first, end) = (o0 * len, o1 * len);
+        let mut row = first;
+        while row < end {
+            let n = rows_per.min(end - row);
+            let v = prog.eval(Idx::Range(row * inner, n * inner))?;
+            for q in 0..n {
+                let (o, k) = ((row + q) / len - o0, (row + q) % len);
+                for (j, a) in accs[o * inner..(o + 1) * inner].iter_mut().enumerate() {
+                    fold_one(op, a, &v, q * inner + j, k, wrap);
+                }
+            }
+            row += n;
+        }
+        Ok(accs)
+    })?;
+    Ok(parts.into_iter().flatten().collect())
 }
 
 /// Any other axis set: each output's elements gathered by offset.
