@@ -194,9 +194,10 @@ fn where_and_cast() {
 
 #[test]
 fn reductions_over_axis_sets() {
-    let cases: [(&[usize], &[isize]); 9] = [
+    let cases: [(&[usize], &[isize]); 10] = [
         (&[1], &[0]),
-        (&[65, 70], &[1]), // many outputs, long rows: the narrow-workgroup tree
+        (&[3, 1, 4], &[1]), // an axis of size one: no reduction at all
+        (&[65, 70], &[1]),  // many outputs, long rows: the narrow-workgroup tree
         (&[17, 3], &[0]),
         (&[17, 3], &[1]),
         (&[2, 65], &[-1]),
@@ -249,8 +250,18 @@ fn reductions_over_axis_sets() {
             u.sum(&[0], false),
             u.max(&[1], false),
             i.gt_scalar(0.0).sum_all(),
+            i.gt_scalar(0.0).reshape([2, 1, 4]).sum(&[1], false),
         ]
     });
+    // Over axes of size one the values are the input's, and no kernel runs for them.
+    // (A device of its own: other tests count on the shared one at the same time.)
+    let d = &Device::cpu();
+    let x = rand_t(&[3, 1, 4], 5, -2.0, 2.0, d);
+    x.realize_blocking().unwrap();
+    let before = d.stats().kernels_dispatched;
+    let y = x.sum(&[1], true).max(&[1], true).min(&[1], true);
+    assert_eq!(y.to_vec_blocking::<f32>().unwrap(), x.to_vec_blocking::<f32>().unwrap());
+    assert_eq!(d.stats().kernels_dispatched, before, "a reduction over an axis of size one ran a kernel");
     check("reduce ties take the first index", |d| {
         let x = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 0.0, -1.0, -1.0], [2, 3], d);
         vec![x.argmax(&[1], false), x.argmin(&[1], false), x.argmax_all()]
@@ -261,7 +272,14 @@ fn reductions_over_axis_sets() {
 fn reductions_f16() {
     check_with("reduce f16", Some(Tol { atol: 2e-2, rtol: 2e-3 }), |d| {
         let x = rand_t(&[5, 129], 3, -1.0, 1.0, d).cast(DType::F16);
-        vec![x.sum(&[1], false), x.mean(&[0], true), x.max(&[1], false), x.argmax(&[1], false), x.softmax(-1)]
+        vec![
+            x.sum(&[1], false),
+            x.mean(&[0], true),
+            x.max(&[1], false),
+            x.argmax(&[1], false),
+            x.softmax(-1),
+            x.reshape([5, 1, 129]).min(&[1], false),
+        ]
     });
 }
 

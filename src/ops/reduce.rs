@@ -292,7 +292,13 @@ fn reduce_impl(x: &Tensor, op: ReduceOp, list: Axes, keepdim: bool, loc: Loc) ->
         ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I32,
         _ => input.dtype(),
     };
-    let mut y = Tensor::make_at(Op::Reduce { op, axes: ax.clone() }, vec![input], Shape(kept), out_dt, x.device(), loc);
+    let mut y = if len == 1 && !matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+        // Over axes of size one (a gather's gradient sums its one-hot over one): the
+        // sum, max or min of one element is that element, with no kernel.
+        input
+    } else {
+        Tensor::make_at(Op::Reduce { op, axes: ax.clone() }, vec![input], Shape(kept), out_dt, x.device(), loc)
+    };
     if x.dtype() == DType::F16 && out_dt == DType::F32 {
         y = y.cast_at(DType::F16, loc);
     }
