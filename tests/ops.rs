@@ -540,6 +540,18 @@ fn fused_chains_of_movement_and_elementwise() {
             x.index_select(1, &Tensor::from_slice(&[5i32, 0], [2], d)).pad(&[(0, 0), (1, 1)], 0.0) * 2.0,
         ]
     });
+    // Larger than one CPU chunk: an expression broadcast along the innermost axis and
+    // along a middle one, read in order (each value computed once for its copies) and
+    // through a gather of rows out of order (once per stretch that repeats it).
+    check("broadcast expressions", |d| {
+        let x = rand_t(&[1500, 5, 3], 8, -1.0, 1.0, d);
+        let col = x.narrow(2, 1, 1).exp() * 0.5; // [1500, 5, 1], an expression
+        let row = x.narrow(1, 2, 1).tanh(); // [1500, 1, 3]
+        let e = &x * &col.broadcast_to([1500, 5, 3]) + &row.broadcast_to([1500, 5, 3]);
+        let rev: Vec<i32> = (0..1500).map(|i| (i * 7919) % 1500).collect();
+        let g = e.index_select(0, &Tensor::from_slice(&rev, [1500], d));
+        vec![(&e * 2.0).sum(&[2], false), g.sum(&[1], false), g.pad(&[(0, 0), (1, 0), (0, 2)], -1.0)]
+    });
 }
 
 #[test]

@@ -747,7 +747,8 @@ impl<'a> Evaluator<'a> {
                     // (rows of a broadcast, say); an expression is evaluated once over
                     // the window they span when that is no more than they hold (a
                     // broadcast repeats its input: each value is computed once, not once
-                    // per copy), else on the stretches themselves.
+                    // per copy), else on the stretches themselves (once per stretch
+                    // when each repeats one value).
                     (Idx::Range(..) | Idx::Runs(_), kind) if last.is_some() => {
                         let ls = last.unwrap_or(1);
                         let mut runs = Vec::new();
@@ -771,6 +772,13 @@ impl<'a> Evaluator<'a> {
                                 self.eval_at(ins[0], Idx::Range(lo, hi - lo + 1))?.pick_runs(&runs, ls, lo)
                             }
                             _ if ls == 1 => self.eval_at(ins[0], Idx::Runs(runs))?,
+                            // Each stretch repeats one value: evaluate those, then repeat.
+                            _ if ls == 0 => {
+                                let v = self.eval_at(ins[0], Idx::List(runs.iter().map(|r| r.0).collect()))?;
+                                let reps: Vec<(usize, usize)> =
+                                    runs.iter().enumerate().map(|(j, r)| (j, r.1)).collect();
+                                v.pick_runs(&reps, 0, 0)
+                            }
                             _ => {
                                 self.eval_at(ins[0], Idx::List(strided_indices(&at.idx, &node.dims, *offset, strides)))?
                             }
