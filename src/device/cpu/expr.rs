@@ -983,6 +983,31 @@ impl<'a> Evaluator<'a> {
                 });
                 self.eval_at(ins[0], Idx::List(src))?
             }
+            Kind::Im2col { window, pad_value } if window.stride.1 == 1 && !matches!(at.idx, Idx::List(_)) => {
+                // Along an output row (x) a tap reads one stretch of an input row.
+                let xd = &prog.nodes[ins[0]].dims;
+                let (h, w) = (xd[2] as isize, xd[3] as isize);
+                let kw = window.kernel.1;
+                let (mut src, mut pos) = (Vec::new(), Vec::new());
+                each_row_piece(&at.idx, &node.dims, |p, c, l| {
+                    let (k, y, x0) = (c[2], c[3], c[4] as isize);
+                    let sh = (y * window.stride.0 + (k / kw) * window.dilation.0) as isize - window.padding.0 as isize;
+                    // Input column of output column x: x + shift.
+                    let shift = ((k % kw) * window.dilation.1) as isize - window.padding.1 as isize;
+                    let (lo, hi) = (x0.max(-shift), (x0 + l as isize).min(w - shift));
+                    if sh >= 0 && sh < h && lo < hi {
+                        let row = ((c[0] * xd[1] + c[1]) * h as usize + sh as usize) * w as usize;
+                        push_run(&mut src, (row + (lo + shift) as usize, (hi - lo) as usize));
+                        push_run(&mut pos, (p + (lo - x0) as usize, (hi - lo) as usize));
+                    }
+                });
+                let mut out = Vals::splat(dt, dt.round(*pad_value), len);
+                if !src.is_empty() {
+                    let v = self.eval_at(ins[0], Idx::Runs(src))?;
+                    out.place(&pos, &v);
+                }
+                out
+            }
             Kind::Im2col { window, pad_value } => {
                 let xd = &prog.nodes[ins[0]].dims;
                 let (h, w) = (xd[2] as isize, xd[3] as isize);
@@ -998,6 +1023,54 @@ impl<'a> Evaluator<'a> {
                     }
                 });
                 self.scatter_from(dt, len, *pad_value, ins[0], &pos, src)?
+            }
+            Kind::Col2im { window } if window.stride.1 == 1 && !matches!(at.idx, Idx::List(_)) => {
+                // Along an image row (w) each tap reads one stretch of a column row: the
+                // stretches are read at once, then summed into the row tap by tap (the
+                // per-pixel sum's order).
+                let cd = &prog.nodes[ins[0]].dims;
+                let (kk, oh, ow) = (cd[2], cd[3] as isize, cd[4] as isize);
+                let (kh, kw) = window.kernel;
+                let (s0, p0, d0) = (window.stride.0, window.padding.0, window.dilation.0);
+                let (mut src, mut dst) = (Vec::new(), Vec::new());
+                each_row_piece(&at.idx, &node.dims, |p, c, l| {
+                    for i in 0..kh {
+                        let t = (c[2] + p0) as isize - (i * d0) as isize;
+                        if t < 0 || !(t as usize).is_multiple_of(s0) || (t as usize / s0) as isize >= oh {
+                            continue;
+                        }
+                        let y = t as usize / s0;
+                        for j in 0..kw {
+                            // Column x of image column w: w + shift.
+                            let shift = window.padding.1 as isize - (j * window.dilation.1) as isize;
+                            let w0 = c[3] as isize;
+                            let (lo, hi) = (w0.max(-shift), (w0 + l as isize).min(ow - shift));
+                            if lo < hi {
+                                let row = (((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh as usize + y) * ow as usize;
+                                src.push((row + (lo + shift) as usize, (hi - lo) as usize));
+                                dst.push(p + (lo - w0) as usize);
+                            }
+                        }
+                    }
+                });
+                let zero: f32 = std::iter::empty::<f32>().sum();
+                let mut out = vec![zero; len];
+                if !src.is_empty() {
+                    let Vals::F(v) = self.eval_at(ins[0], Idx::Runs(src.clone()))? else {
+                        return Err(Error::Unsupported("cpu: col2im of a non-float tensor".into()));
+                    };
+                    let mut at = 0;
+                    for (&(_, l), &d) in src.iter().zip(&dst) {
+                        for (o, &x) in out[d..d + l].iter_mut().zip(&v[at..at + l]) {
+                            *o += x;
+                        }
+                        at += l;
+                    }
+                }
+                if dt == DType::F16 {
+                    round_f16(&mut out);
+                }
+                Vals::F(out)
             }
             Kind::Col2im { window } => {
                 let cd = &prog.nodes[ins[0]].dims;

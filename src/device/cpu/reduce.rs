@@ -1,6 +1,8 @@
-//! Reductions on the CPU: the fused input expression is evaluated in chunks laid out
+//! Reductions on the CPU: the fused input expression is evaluated in ranges laid out
 //! for the reduced axes. Trailing axes reduce row by row, leading axes accumulate whole
-//! rows of outputs at a time, and any other set gathers each output's elements. Sums
+//! rows of outputs at a time, a middle block of axes folds whole rows into rows of
+//! outputs, and any other set reads the input in order, folding each element into its
+//! output. Sums
 //! accumulate in the input's compute type (f32 for floats, in several lanes per chunk);
 //! max and min propagate NaN; argmax and argmin return the first extreme, NaN counting
 //! as extreme (the reference's rules).
@@ -158,7 +160,7 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
     } else if let Some((outer, inner)) = around_block(xd, &red, &kept) {
         middle(prog, op, outer, len, inner, wrap)?
     } else {
-        gathered(prog, op, xd, &red, &kept, n_out, len, wrap)?
+        in_order(prog, op, xd, axes, red[0], wrap)?
     };
     let vals: Vec<f64> = accs.into_iter().map(|a| out_dt.round(finish(op, a))).collect();
     Ok(HostBuffer::from_f64(out_dt, &vals))
@@ -284,48 +286,123 @@ fn middle(
     Ok(parts.into_iter().flatten().collect())
 }
 
-/// Any other axis set: each output's elements gathered by offset.
-#[allow(clippy::too_many_arguments)]
-fn gathered(
+/// Running f32 sums, maxima or minima with [`fold_f`]'s results: a sum starts at -0.0
+/// (so a lone -0.0 stays -0.0), a maximum at -inf and a minimum at +inf, and NaN wins.
+fn f32_start(op: ReduceOp) -> Option<f32> {
+    match op {
+        ReduceOp::Sum => Some(-0.0),
+        ReduceOp::Max => Some(f32::NEG_INFINITY),
+        ReduceOp::Min => Some(f32::INFINITY),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn f32_fold(op: ReduceOp, a: f32, v: f32) -> f32 {
+    match op {
+        ReduceOp::Sum => a + v,
+        _ if a.is_nan() => a,
+        ReduceOp::Max if v.is_nan() || v > a => v,
+        ReduceOp::Min if v.is_nan() || v < a => v,
+        _ => a,
+    }
+}
+
+/// Any other axis set: the input read in order, in blocks of whole indices of the axes
+/// before the first reduced one (`first`), a stretch along the innermost axis at a time,
+/// each element folded into its output as it comes (so, for each output, in reduction
+/// order). f32 sums, maxima and minima fold into plain floats.
+fn in_order(
     prog: &Program,
     op: ReduceOp,
     xd: &[usize],
-    red: &[usize],
-    kept: &[usize],
-    n_out: usize,
-    len: usize,
+    axes: &[usize],
+    first: usize,
     wrap: fn(i64) -> i64,
 ) -> Result<Vec<Acc>> {
-    let xs = strides_of(xd);
-    let offsets_of = |axes: &[usize], count: usize| -> Vec<usize> {
-        let dims: Vec<usize> = axes.iter().map(|&a| xd[a]).collect();
-        let mut c = vec![0; axes.len()];
-        (0..count)
-            .map(|i| {
-                crate::shape::unravel(i, &dims, &mut c);
-                axes.iter().zip(&c).map(|(&a, &ci)| ci * xs[a]).sum()
+    let sub = &xd[first..];
+    let last = sub.len() - 1;
+    let outer: usize = xd[..first].iter().product();
+    let block: usize = sub.iter().product();
+    let reduced = |j: usize| axes.contains(&(first + j));
+    // Over `sub`: the output's strides (0 on reduced axes) and the reduction index's
+    // (0 on kept axes).
+    let kept_dims: Vec<usize> = sub.iter().enumerate().map(|(j, &s)| if reduced(j) { 1 } else { s }).collect();
+    let red_dims: Vec<usize> = sub.iter().enumerate().map(|(j, &s)| if reduced(j) { s } else { 1 }).collect();
+    let os: Vec<usize> =
+        strides_of(&kept_dims).iter().enumerate().map(|(j, &s)| if reduced(j) { 0 } else { s }).collect();
+    let rs: Vec<usize> =
+        strides_of(&red_dims).iter().enumerate().map(|(j, &s)| if reduced(j) { s } else { 0 }).collect();
+    let outs: usize = kept_dims.iter().product();
+    let fast = f32_start(op).filter(|_| prog.dtype() == DType::F32);
+    let per = (CHUNK / block.max(1)).max(1);
+    if let (Some(start), true) = (fast, block <= CHUNK) {
+        // Whole blocks per evaluation: each element's output within its block, once.
+        let mut c = vec![0usize; sub.len()];
+        let at: Vec<usize> = (0..block)
+            .map(|q| {
+                crate::shape::unravel(q, sub, &mut c);
+                c.iter().zip(&os).map(|(a, b)| a * b).sum()
             })
-            .collect()
-    };
-    let base = offsets_of(kept, n_out);
-    let off = offsets_of(red, len);
-    let per = (CHUNK / len).max(1);
-    let blocks = n_out.div_ceil(per);
-    let parts = par::map(blocks, par::worth(n_out * len), |b| {
-        let (o0, o1) = (b * per, ((b + 1) * per).min(n_out));
-        let mut accs = vec![Acc::Empty; o1 - o0];
-        for (c0, c1) in (0..len).step_by(CHUNK).map(|c| (c, (c + CHUNK).min(len))) {
-            let (base, off) = (&base, &off);
-            let idx: Vec<usize> = (o0..o1).flat_map(|o| off[c0..c1].iter().map(move |&r| base[o] + r)).collect();
-            let v = prog.eval(Idx::List(idx))?;
-            for (i, a) in accs.iter_mut().enumerate() {
-                let lo = i * (c1 - c0);
-                let mut part = Acc::Empty;
-                fold_run(op, &mut part, &v, lo, lo + c1 - c0, c0, wrap);
-                *a = combine(op, *a, part, wrap);
+            .collect();
+        let parts = par::map(outer.div_ceil(per), par::worth(outer * block), |b| {
+            let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
+            let Vals::F(x) = prog.eval(Idx::Range(o0 * block, (o1 - o0) * block))? else {
+                return Err(Error::Unsupported("cpu: an f32 reduction's input evaluated to other values".into()));
+            };
+            let mut vals = vec![start; (o1 - o0) * outs];
+            for (xs, acc) in x.chunks(block).zip(vals.chunks_mut(outs)) {
+                for (&e, &o) in xs.iter().zip(&at) {
+                    acc[o] = f32_fold(op, acc[o], e);
+                }
             }
+            Ok(vals.into_iter().map(|v| Acc::F(v, 0)).collect::<Vec<_>>())
+        })?;
+        return Ok(parts.into_iter().flatten().collect());
+    }
+    let parts = par::map(outer.div_ceil(per), par::worth(outer * block), |b| {
+        let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
+        let mut accs = vec![Acc::Empty; if fast.is_some() { 0 } else { (o1 - o0) * outs }];
+        let mut vals = vec![fast.unwrap_or(0.0); if fast.is_some() { (o1 - o0) * outs } else { 0 }];
+        let total = (o1 - o0) * block;
+        let mut c = vec![0usize; sub.len()];
+        let (mut base, mut oi, mut ri, mut pos) = (0, 0, 0, 0);
+        while pos < total {
+            let n = CHUNK.min(total - pos);
+            let v = prog.eval(Idx::Range(o0 * block + pos, n))?;
+            let mut p = 0;
+            while p < n {
+                let l = (sub[last] - c[last]).min(n - p);
+                let (o, step, r) = (base + oi, os[last], rs[last]);
+                match (&v, fast) {
+                    (Vals::F(x), Some(_)) if step == 0 => {
+                        vals[o] = x[p..p + l].iter().fold(vals[o], |a, &e| f32_fold(op, a, e));
+                    }
+                    (Vals::F(x), Some(_)) => {
+                        for (j, &e) in x[p..p + l].iter().enumerate() {
+                            vals[o + j * step] = f32_fold(op, vals[o + j * step], e);
+                        }
+                    }
+                    _ => (0..l).for_each(|j| fold_one(op, &mut accs[o + j * step], &v, p + j, ri + j * r, wrap)),
+                }
+                (p, c[last], oi, ri) = (p + l, c[last] + l, oi + l * step, ri + l * r);
+                let mut d = last;
+                while c[d] == sub[d] {
+                    (c[d], oi, ri) = (0, oi - os[d] * sub[d], ri - rs[d] * sub[d]);
+                    if d == 0 {
+                        base += outs;
+                        break;
+                    }
+                    d -= 1;
+                    (c[d], oi, ri) = (c[d] + 1, oi + os[d], ri + rs[d]);
+                }
+            }
+            pos += n;
         }
-        Ok(accs)
+        Ok(match fast {
+            Some(_) => vals.into_iter().map(|x| Acc::F(x, 0)).collect(),
+            None => accs,
+        })
     })?;
     Ok(parts.into_iter().flatten().collect())
 }
