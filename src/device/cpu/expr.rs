@@ -855,7 +855,7 @@ impl<'a> Evaluator<'a> {
                     acc += prog.nodes[i].dims[*axis];
                 }
                 // Per input: its stretches, and where their values go in the chunk.
-                let mut parts: Vec<(Vec<(usize, usize)>, Vec<(usize, usize)>)> = vec![Default::default(); ins.len()];
+                let mut parts: Vec<[Vec<(usize, usize)>; 2]> = vec![Default::default(); ins.len()];
                 let mut p = 0;
                 for (start, n) in at.idx.runs() {
                     let mut i = start;
@@ -865,13 +865,13 @@ impl<'a> Evaluator<'a> {
                         let k = starts.partition_point(|&s| s <= c) - 1;
                         let size = prog.nodes[ins[k]].dims[*axis];
                         let src = ((i / inner / na) * size + c - starts[k]) * inner + i % inner;
-                        push_run(&mut parts[k].0, (src, l));
-                        push_run(&mut parts[k].1, (p, l));
+                        push_run(&mut parts[k][0], (src, l));
+                        push_run(&mut parts[k][1], (p, l));
                         (p, i) = (p + l, i + l);
                     }
                 }
                 let mut out = Vals::splat(dt, 0.0, len);
-                for (k, (src, pos)) in parts.into_iter().enumerate() {
+                for (k, [src, pos]) in parts.into_iter().enumerate() {
                     if !src.is_empty() {
                         let idx = if src.len() == 1 { Idx::Range(src[0].0, src[0].1) } else { Idx::Runs(src) };
                         let v = self.eval_at(ins[k], idx)?;
