@@ -123,22 +123,6 @@ impl Vals {
         }
     }
 
-    /// `self[pos[j]] = src[j]` for every `j` (both of one compute type).
-    pub fn scatter(&mut self, pos: &[usize], src: &Vals) {
-        fn go<T: Copy>(dst: &mut [T], pos: &[usize], src: &[T]) {
-            for (&p, &v) in pos.iter().zip(src) {
-                dst[p] = v;
-            }
-        }
-        match (self, src) {
-            (Vals::F(d), Vals::F(s)) => go(d, pos, s),
-            (Vals::I(d), Vals::I(s)) => go(d, pos, s),
-            (Vals::U(d), Vals::U(s)) => go(d, pos, s),
-            (Vals::B(d), Vals::B(s)) => go(d, pos, s),
-            _ => debug_assert!(false, "scatter between compute types"),
-        }
-    }
-
     /// The values at `runs` (first index, length), each run stepping by `stride`, read
     /// from `self` as the values of indices `base..` (so index `i` is `self[i - base]`).
     pub fn pick_runs(&self, runs: &[(usize, usize)], stride: usize, base: usize) -> Vals {
@@ -148,7 +132,6 @@ impl Vals {
                 let s = s - base;
                 match stride {
                     1 => out.extend_from_slice(&v[s..s + l]),
-                    0 => out.extend(std::iter::repeat_n(v[s], l)),
                     _ => out.extend((0..l).map(|j| v[s + j * stride])),
                 }
             }
@@ -328,7 +311,8 @@ impl HostBuffer {
             let mut out = Vec::with_capacity(n);
             // Rows of a table gathered at random: start loading a few rows ahead.
             const AHEAD: usize = 16;
-            let far = stride == 1 && runs.len() > 1;
+            // (wasm has no prefetch instruction: no such loop there.)
+            let far = cfg!(not(target_arch = "wasm32")) && stride == 1 && runs.len() > 1;
             if far {
                 runs.iter().take(AHEAD).for_each(|&(s, l)| super::memory::prefetch_run(v, s, l));
             }

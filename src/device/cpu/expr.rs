@@ -4,7 +4,7 @@
 //! cache), never op by op over whole tensors. Movement ops rewrite the index set their
 //! input is evaluated at: chains of permutes, broadcasts and slices fold into one
 //! strided map at compile time; pads, concatenations, gathers and convolution windows
-//! evaluate their input at the indices that exist and scatter the results.
+//! evaluate their input on the stretches that exist and place the results.
 
 use super::buffer::{round_f16, CpuBuffer, HostBuffer, Vals};
 use super::math::{self, map1, map2};
@@ -477,45 +477,9 @@ struct Evaluator<'a> {
     next: u64,
 }
 
-/// Visit the coordinates (over `dims`) of every index of `idx`: `f(position, coords)`.
 /// Elements of one block after `axis` (the product of the later dimensions).
 fn inner_len(dims: &[usize], axis: usize) -> usize {
     dims[axis + 1..].iter().product()
-}
-
-fn each_coord(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
-    let r = dims.len();
-    let mut c = vec![0usize; r];
-    match idx {
-        Idx::Range(..) | Idx::Runs(_) => {
-            let mut p = 0;
-            for (start, n) in idx.runs() {
-                if n == 0 {
-                    continue;
-                }
-                crate::shape::unravel(start, dims, &mut c);
-                for _ in 0..n {
-                    f(p, &c);
-                    p += 1;
-                    let mut d = r;
-                    while d > 0 {
-                        d -= 1;
-                        c[d] += 1;
-                        if c[d] < dims[d] {
-                            break;
-                        }
-                        c[d] = 0;
-                    }
-                }
-            }
-        }
-        Idx::List(v) => {
-            for (p, &i) in v.iter().enumerate() {
-                crate::shape::unravel(i, dims, &mut c);
-                f(p, &c);
-            }
-        }
-    }
 }
 
 /// Visit the stretches of `idx` (a range or runs over `dims`, rank 1 or more) cut at
@@ -628,25 +592,6 @@ impl<'a> Evaluator<'a> {
     fn eval_at(&mut self, n: usize, idx: Idx) -> Result<Vals> {
         let r = self.idx(idx);
         self.eval(n, &r)
-    }
-
-    /// Evaluate input `src` at `indices` for the positions `pos` of a chunk of `len`
-    /// values that are `fill` everywhere else.
-    fn scatter_from(
-        &mut self,
-        dtype: DType,
-        len: usize,
-        fill: f64,
-        src: usize,
-        pos: &[usize],
-        indices: Vec<usize>,
-    ) -> Result<Vals> {
-        let mut out = Vals::splat(dtype, dtype.round(fill), len);
-        if !pos.is_empty() {
-            let v = self.eval_at(src, Idx::List(indices))?;
-            out.scatter(pos, &v);
-        }
-        Ok(out)
     }
 
     /// Binary node `n` as `x op c` or `c op x` with `c` an f32 constant (`x * 2 + 1`):
@@ -784,21 +729,11 @@ impl<'a> Evaluator<'a> {
                             }
                         }
                     }
-                    (i, kind) => {
-                        let src = strided_indices(i, &node.dims, *offset, strides);
-                        let (lo, hi) = src.iter().fold((usize::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-                        match kind {
-                            Kind::Leaf(_) => self.eval_at(ins[0], Idx::List(src))?,
-                            _ if lo <= hi && hi - lo < len => {
-                                let runs: Vec<(usize, usize)> = src.iter().map(|&s| (s, 1)).collect();
-                                self.eval_at(ins[0], Idx::Range(lo, hi - lo + 1))?.pick_runs(&runs, 1, lo)
-                            }
-                            _ => self.eval_at(ins[0], Idx::List(src))?,
-                        }
-                    }
+                    (i, _) => self.eval_at(ins[0], Idx::List(strided_indices(i, &node.dims, *offset, strides)))?,
                 }
             }
-            Kind::Pad { before, value } if !matches!(at.idx, Idx::List(_)) && !node.dims.is_empty() => {
+            Kind::Pad { .. } if node.dims.is_empty() => self.eval(ins[0], at)?,
+            Kind::Pad { before, value } => {
                 // Along each row of the innermost axis the input's part is one stretch.
                 let from = &prog.nodes[ins[0]].dims;
                 let fs = strides_of(from);
@@ -826,24 +761,7 @@ impl<'a> Evaluator<'a> {
                 }
                 out
             }
-            Kind::Pad { before, value } => {
-                let from = &prog.nodes[ins[0]].dims;
-                let fs = strides_of(from);
-                let (mut pos, mut src) = (Vec::with_capacity(len), Vec::with_capacity(len));
-                each_coord(&at.idx, &node.dims, |p, c| {
-                    let mut acc = 0;
-                    for d in 0..c.len() {
-                        if c[d] < before[d] || c[d] - before[d] >= from[d] {
-                            return;
-                        }
-                        acc += (c[d] - before[d]) * fs[d];
-                    }
-                    pos.push(p);
-                    src.push(acc);
-                });
-                self.scatter_from(dt, len, *value, ins[0], &pos, src)?
-            }
-            Kind::Concat { axis } if !matches!(at.idx, Idx::List(_)) => {
+            Kind::Concat { axis } => {
                 // Each block of the elements after the axis is one stretch of one input:
                 // each input is evaluated once, on its stretches, and they are placed.
                 let inner = inner_len(&node.dims, *axis);
@@ -880,66 +798,35 @@ impl<'a> Evaluator<'a> {
                 }
                 out
             }
-            Kind::Concat { axis } => {
-                let mut out = Vals::splat(dt, 0.0, len);
-                let mut starts = Vec::with_capacity(ins.len());
-                let mut acc = 0;
-                for &i in ins {
-                    starts.push(acc);
-                    acc += prog.nodes[i].dims[*axis];
-                }
-                let mut parts: Vec<(Vec<usize>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); ins.len()];
-                let strides: Vec<Vec<usize>> = ins.iter().map(|&i| strides_of(&prog.nodes[i].dims)).collect();
-                each_coord(&at.idx, &node.dims, |p, c| {
-                    let k = starts.partition_point(|&s| s <= c[*axis]) - 1;
-                    let mut idx = 0;
-                    for d in 0..c.len() {
-                        let cd = if d == *axis { c[d] - starts[k] } else { c[d] };
-                        idx += cd * strides[k][d];
-                    }
-                    parts[k].0.push(p);
-                    parts[k].1.push(idx);
-                });
-                for (k, (pos, src)) in parts.into_iter().enumerate() {
-                    if !pos.is_empty() {
-                        let v = self.eval_at(ins[k], Idx::List(src))?;
-                        out.scatter(&pos, &v);
-                    }
-                }
-                out
-            }
             Kind::Gather { axis, loc } => {
                 let index = self.eval(ins[1], at)?.to_i64();
                 let xd = &prog.nodes[ins[0]].dims;
                 let xs = strides_of(xd);
                 let mut src = Vec::with_capacity(len);
                 let mut bad = None;
-                each_coord(&at.idx, &node.dims, |p, c| {
-                    let v = index[p];
-                    if v < 0 || v as usize >= xd[*axis] {
-                        bad.get_or_insert(v);
-                        src.push(0);
-                        return;
+                let last = node.dims.len() - 1;
+                each_row_piece(&at.idx, &node.dims, |p, c, l| {
+                    // The input offset of the piece's coordinates off the axis.
+                    let base: usize = (0..=last).filter(|&d| d != *axis).map(|d| c[d] * xs[d]).sum();
+                    for (j, &v) in index[p..p + l].iter().enumerate() {
+                        if v < 0 || v as usize >= xd[*axis] {
+                            bad.get_or_insert(v);
+                            src.push(0);
+                        } else {
+                            let along = if last == *axis { 0 } else { j * xs[last] };
+                            src.push(base + along + v as usize * xs[*axis]);
+                        }
                     }
-                    let mut acc = 0;
-                    for d in 0..c.len() {
-                        acc += if d == *axis { v as usize } else { c[d] } * xs[d];
-                    }
-                    src.push(acc);
                 });
                 if let Some(v) = bad {
                     return Err(out_of_range("gather", v, *axis, xd[*axis], loc));
                 }
                 self.eval_at(ins[0], Idx::List(src))?
             }
-            Kind::IndexSelect { axis, loc } if !matches!(at.idx, Idx::List(_)) && inner_len(&node.dims, *axis) > 1 => {
+            Kind::IndexSelect { axis, loc } => {
                 // Rows of a table (or any block after the axis): one index load and one
                 // stretch of the input per block, copied by the load.
-                let stretches = match &at.idx {
-                    Idx::Range(start, n) => vec![(*start, *n)],
-                    Idx::Runs(r) => r.clone(),
-                    Idx::List(_) => unreachable!("matched a range or runs"),
-                };
+                let stretches = at.idx.runs();
                 let xd = &prog.nodes[ins[0]].dims;
                 let inner = inner_len(&node.dims, *axis);
                 let (na, xa) = (node.dims[*axis], xd[*axis]);
@@ -964,41 +851,31 @@ impl<'a> Evaluator<'a> {
                     .collect();
                 self.eval_at(ins[0], Idx::Runs(runs))?
             }
-            Kind::IndexSelect { axis, loc } => {
-                let xd = &prog.nodes[ins[0]].dims;
-                let xs = strides_of(xd);
-                let mut which = Vec::with_capacity(len);
-                each_coord(&at.idx, &node.dims, |_, c| which.push(c[*axis]));
-                let index = self.eval_at(ins[1], Idx::List(which.clone()))?.to_i64();
-                if let Some(&v) = index.iter().find(|&&v| v < 0 || v as usize >= xd[*axis]) {
-                    return Err(out_of_range("index_select", v, *axis, xd[*axis], loc));
-                }
-                let mut src = Vec::with_capacity(len);
-                each_coord(&at.idx, &node.dims, |p, c| {
-                    let mut acc = 0;
-                    for d in 0..c.len() {
-                        acc += if d == *axis { index[p] as usize } else { c[d] } * xs[d];
-                    }
-                    src.push(acc);
-                });
-                self.eval_at(ins[0], Idx::List(src))?
-            }
-            Kind::Im2col { window, pad_value } if window.stride.1 == 1 && !matches!(at.idx, Idx::List(_)) => {
-                // Along an output row (x) a tap reads one stretch of an input row.
+            Kind::Im2col { window, pad_value } => {
+                // Along an output row (x) a tap reads one stretch of an input row (every
+                // stride-th element of it: stretches of one past a stride of 1).
                 let xd = &prog.nodes[ins[0]].dims;
                 let (h, w) = (xd[2] as isize, xd[3] as isize);
-                let kw = window.kernel.1;
+                let (kw, s1) = (window.kernel.1, window.stride.1 as isize);
+                let ceil = |a: isize| -((-a).div_euclid(s1));
                 let (mut src, mut pos) = (Vec::new(), Vec::new());
                 each_row_piece(&at.idx, &node.dims, |p, c, l| {
                     let (k, y, x0) = (c[2], c[3], c[4] as isize);
                     let sh = (y * window.stride.0 + (k / kw) * window.dilation.0) as isize - window.padding.0 as isize;
-                    // Input column of output column x: x + shift.
+                    // Input column of output column x: x * s1 + shift.
                     let shift = ((k % kw) * window.dilation.1) as isize - window.padding.1 as isize;
-                    let (lo, hi) = (x0.max(-shift), (x0 + l as isize).min(w - shift));
-                    if sh >= 0 && sh < h && lo < hi {
-                        let row = ((c[0] * xd[1] + c[1]) * h as usize + sh as usize) * w as usize;
-                        push_run(&mut src, (row + (lo + shift) as usize, (hi - lo) as usize));
+                    let (lo, hi) = (x0.max(ceil(-shift)), (x0 + l as isize).min(ceil(w - shift)));
+                    if sh < 0 || sh >= h || lo >= hi {
+                        return;
+                    }
+                    let row = ((c[0] * xd[1] + c[1]) * h as usize + sh as usize) * w as usize;
+                    let at = |x: isize| (row as isize + x * s1 + shift) as usize;
+                    if s1 == 1 {
+                        push_run(&mut src, (at(lo), (hi - lo) as usize));
                         push_run(&mut pos, (p + (lo - x0) as usize, (hi - lo) as usize));
+                    } else {
+                        src.extend((lo..hi).map(|x| (at(x), 1)));
+                        pos.extend((lo..hi).map(|x| (p + (x - x0) as usize, 1)));
                     }
                 });
                 let mut out = Vals::splat(dt, dt.round(*pad_value), len);
@@ -1008,30 +885,16 @@ impl<'a> Evaluator<'a> {
                 }
                 out
             }
-            Kind::Im2col { window, pad_value } => {
-                let xd = &prog.nodes[ins[0]].dims;
-                let (h, w) = (xd[2] as isize, xd[3] as isize);
-                let kw = window.kernel.1;
-                let (mut pos, mut src) = (Vec::with_capacity(len), Vec::with_capacity(len));
-                each_coord(&at.idx, &node.dims, |p, c| {
-                    let (k, y, x) = (c[2], c[3], c[4]);
-                    let sh = (y * window.stride.0 + (k / kw) * window.dilation.0) as isize - window.padding.0 as isize;
-                    let sw = (x * window.stride.1 + (k % kw) * window.dilation.1) as isize - window.padding.1 as isize;
-                    if sh >= 0 && sw >= 0 && sh < h && sw < w {
-                        pos.push(p);
-                        src.push(((c[0] * xd[1] + c[1]) * h as usize + sh as usize) * w as usize + sw as usize);
-                    }
-                });
-                self.scatter_from(dt, len, *pad_value, ins[0], &pos, src)?
-            }
-            Kind::Col2im { window } if window.stride.1 == 1 && !matches!(at.idx, Idx::List(_)) => {
-                // Along an image row (w) each tap reads one stretch of a column row: the
+            Kind::Col2im { window } => {
+                // Along an image row (w) each tap reads one stretch of a column row (past
+                // a stride of 1, the columns the stride reaches, one by one): the
                 // stretches are read at once, then summed into the row tap by tap (the
                 // per-pixel sum's order).
                 let cd = &prog.nodes[ins[0]].dims;
                 let (kk, oh, ow) = (cd[2], cd[3] as isize, cd[4] as isize);
                 let (kh, kw) = window.kernel;
                 let (s0, p0, d0) = (window.stride.0, window.padding.0, window.dilation.0);
+                let s1 = window.stride.1 as isize;
                 let (mut src, mut dst) = (Vec::new(), Vec::new());
                 each_row_piece(&at.idx, &node.dims, |p, c, l| {
                     for i in 0..kh {
@@ -1041,14 +904,19 @@ impl<'a> Evaluator<'a> {
                         }
                         let y = t as usize / s0;
                         for j in 0..kw {
-                            // Column x of image column w: w + shift.
+                            // Column x of image column w: (w + shift) / s1, where it divides.
                             let shift = window.padding.1 as isize - (j * window.dilation.1) as isize;
                             let w0 = c[3] as isize;
-                            let (lo, hi) = (w0.max(-shift), (w0 + l as isize).min(ow - shift));
-                            if lo < hi {
-                                let row = (((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh as usize + y) * ow as usize;
+                            let (lo, hi) = (w0.max(-shift), (w0 + l as isize).min(ow * s1 - shift));
+                            let row = (((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh as usize + y) * ow as usize;
+                            if s1 == 1 && lo < hi {
                                 src.push((row + (lo + shift) as usize, (hi - lo) as usize));
                                 dst.push(p + (lo - w0) as usize);
+                            } else if s1 > 1 {
+                                for w in (lo..hi).filter(|w| (w + shift) % s1 == 0) {
+                                    src.push((row + ((w + shift) / s1) as usize, 1));
+                                    dst.push(p + (w - w0) as usize);
+                                }
                             }
                         }
                     }
@@ -1066,46 +934,6 @@ impl<'a> Evaluator<'a> {
                         }
                         at += l;
                     }
-                }
-                if dt == DType::F16 {
-                    round_f16(&mut out);
-                }
-                Vals::F(out)
-            }
-            Kind::Col2im { window } => {
-                let cd = &prog.nodes[ins[0]].dims;
-                let (kk, oh, ow) = (cd[2], cd[3], cd[4]);
-                let (kh, kw) = window.kernel;
-                let mut src = Vec::with_capacity(len * 2);
-                let mut counts = Vec::with_capacity(len);
-                // The window positions (i, j) and output pixels (y, x) that read (h, w).
-                let taps = |v: usize, k: usize, s: usize, p: usize, d: usize, o: usize| -> Option<usize> {
-                    let t = v as isize + p as isize - (k * d) as isize;
-                    (t >= 0 && (t as usize).is_multiple_of(s) && (t as usize / s) < o).then(|| t as usize / s)
-                };
-                each_coord(&at.idx, &node.dims, |_, c| {
-                    let before = src.len();
-                    for i in 0..kh {
-                        let Some(y) = taps(c[2], i, window.stride.0, window.padding.0, window.dilation.0, oh) else {
-                            continue;
-                        };
-                        for j in 0..kw {
-                            if let Some(x) = taps(c[3], j, window.stride.1, window.padding.1, window.dilation.1, ow) {
-                                src.push((((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh + y) * ow + x);
-                            }
-                        }
-                    }
-                    counts.push(src.len() - before);
-                });
-                let v = self.eval_at(ins[0], Idx::List(src))?;
-                let Vals::F(v) = v else {
-                    return Err(Error::Unsupported("cpu: col2im of a non-float tensor".into()));
-                };
-                let mut out = Vec::with_capacity(len);
-                let mut at = 0;
-                for c in counts {
-                    out.push(v[at..at + c].iter().sum::<f32>());
-                    at += c;
                 }
                 if dt == DType::F16 {
                     round_f16(&mut out);

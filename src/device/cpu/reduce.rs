@@ -1,11 +1,9 @@
 //! Reductions on the CPU: the fused input expression is evaluated in ranges laid out
 //! for the reduced axes. Trailing axes reduce row by row, leading axes accumulate whole
-//! rows of outputs at a time, a middle block of axes folds whole rows into rows of
-//! outputs, and any other set reads the input in order, folding each element into its
-//! output. Sums
-//! accumulate in the input's compute type (f32 for floats, in several lanes per chunk);
-//! max and min propagate NaN; argmax and argmin return the first extreme, NaN counting
-//! as extreme (the reference's rules).
+//! rows of outputs at a time, and any other set reads the input in order, folding each
+//! element into its output. Sums accumulate in the input's compute type (f32 for
+//! floats, in several lanes per chunk); max and min propagate NaN; argmax and argmin
+//! return the first extreme, NaN counting as extreme (the reference's rules).
 
 use super::buffer::{CpuBuffer, HostBuffer, Vals};
 use super::expr::{strides_of, Idx, Program, CHUNK};
@@ -157,8 +155,6 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
         rows(prog, op, n_out, len, wrap)?
     } else if prefix {
         columns(prog, op, n_out, len, wrap)?
-    } else if let Some((outer, inner)) = around_block(xd, &red, &kept) {
-        middle(prog, op, outer, len, inner, wrap)?
     } else {
         in_order(prog, op, xd, axes, red[0], wrap)?
     };
@@ -245,73 +241,9 @@ fn columns(prog: &Program, op: ReduceOp, n_out: usize, len: usize, wrap: fn(i64)
     Ok(out)
 }
 
-/// The elements before and after the reduced axes (`red`, non-empty) when they are
-/// one block of consecutive axes with every kept axis (`kept`) outside it.
-fn around_block(xd: &[usize], red: &[usize], kept: &[usize]) -> Option<(usize, usize)> {
-    let (first, last) = (*red.first()?, *red.last()?);
-    kept.iter().all(|&k| k < first || k > last).then(|| (xd[..first].iter().product(), xd[last + 1..].iter().product()))
-}
-
-/// Outputs `(o, j)` folding input elements `(o * len + k) * inner + j` over `k` (a
-/// block of middle axes reduced): the input evaluated in ranges of whole rows of
-/// `inner`, each row folded into its outputs in reduction order.
-fn middle(
-    prog: &Program,
-    op: ReduceOp,
-    outer: usize,
-    len: usize,
-    inner: usize,
-    wrap: fn(i64) -> i64,
-) -> Result<Vec<Acc>> {
-    let rows_per = (CHUNK / inner).max(1);
-    let per = (rows_per / len).max(1);
-    let parts = par::map(outer.div_ceil(per), par::worth(outer * len * inner), |b| {
-        let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
-        let mut accs = vec![Acc::Empty; (o1 - o0) * inner];
-        let (first, end) = (o0 * len, o1 * len);
-        let mut row = first;
-        while row < end {
-            let n = rows_per.min(end - row);
-            let v = prog.eval(Idx::Range(row * inner, n * inner))?;
-            for q in 0..n {
-                let (o, k) = ((row + q) / len - o0, (row + q) % len);
-                for (j, a) in accs[o * inner..(o + 1) * inner].iter_mut().enumerate() {
-                    fold_one(op, a, &v, q * inner + j, k, wrap);
-                }
-            }
-            row += n;
-        }
-        Ok(accs)
-    })?;
-    Ok(parts.into_iter().flatten().collect())
-}
-
-/// Running f32 sums, maxima or minima with [`fold_f`]'s results: a sum starts at -0.0
-/// (so a lone -0.0 stays -0.0), a maximum at -inf and a minimum at +inf, and NaN wins.
-fn f32_start(op: ReduceOp) -> Option<f32> {
-    match op {
-        ReduceOp::Sum => Some(-0.0),
-        ReduceOp::Max => Some(f32::NEG_INFINITY),
-        ReduceOp::Min => Some(f32::INFINITY),
-        _ => None,
-    }
-}
-
-#[inline(always)]
-fn f32_fold(op: ReduceOp, a: f32, v: f32) -> f32 {
-    match op {
-        ReduceOp::Sum => a + v,
-        _ if a.is_nan() => a,
-        ReduceOp::Max if v.is_nan() || v > a => v,
-        ReduceOp::Min if v.is_nan() || v < a => v,
-        _ => a,
-    }
-}
-
 /// Any other axis set: the input read in order, in blocks of whole indices of the axes
-/// before the first reduced one (`first`), a stretch along the innermost axis at a time,
-/// each element folded into its output as it comes (so, for each output, in reduction
-/// order). f32 sums, maxima and minima fold into plain floats.
+/// before the first reduced one (`first`), each element folded into its output as it
+/// comes (so, for each output, in reduction order).
 fn in_order(
     prog: &Program,
     op: ReduceOp,
@@ -321,7 +253,6 @@ fn in_order(
     wrap: fn(i64) -> i64,
 ) -> Result<Vec<Acc>> {
     let sub = &xd[first..];
-    let last = sub.len() - 1;
     let outer: usize = xd[..first].iter().product();
     let block: usize = sub.iter().product();
     let reduced = |j: usize| axes.contains(&(first + j));
@@ -334,75 +265,34 @@ fn in_order(
     let rs: Vec<usize> =
         strides_of(&red_dims).iter().enumerate().map(|(j, &s)| if reduced(j) { s } else { 0 }).collect();
     let outs: usize = kept_dims.iter().product();
-    let fast = f32_start(op).filter(|_| prog.dtype() == DType::F32);
     let per = (CHUNK / block.max(1)).max(1);
-    if let (Some(start), true) = (fast, block <= CHUNK) {
-        // Whole blocks per evaluation: each element's output within its block, once.
-        let mut c = vec![0usize; sub.len()];
-        let at: Vec<usize> = (0..block)
-            .map(|q| {
-                crate::shape::unravel(q, sub, &mut c);
-                c.iter().zip(&os).map(|(a, b)| a * b).sum()
-            })
-            .collect();
-        let parts = par::map(outer.div_ceil(per), par::worth(outer * block), |b| {
-            let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
-            let Vals::F(x) = prog.eval(Idx::Range(o0 * block, (o1 - o0) * block))? else {
-                return Err(Error::Unsupported("cpu: an f32 reduction's input evaluated to other values".into()));
-            };
-            let mut vals = vec![start; (o1 - o0) * outs];
-            for (xs, acc) in x.chunks(block).zip(vals.chunks_mut(outs)) {
-                for (&e, &o) in xs.iter().zip(&at) {
-                    acc[o] = f32_fold(op, acc[o], e);
-                }
-            }
-            Ok(vals.into_iter().map(|v| Acc::F(v, 0)).collect::<Vec<_>>())
-        })?;
-        return Ok(parts.into_iter().flatten().collect());
-    }
     let parts = par::map(outer.div_ceil(per), par::worth(outer * block), |b| {
         let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
-        let mut accs = vec![Acc::Empty; if fast.is_some() { 0 } else { (o1 - o0) * outs }];
-        let mut vals = vec![fast.unwrap_or(0.0); if fast.is_some() { (o1 - o0) * outs } else { 0 }];
+        let mut accs = vec![Acc::Empty; (o1 - o0) * outs];
         let total = (o1 - o0) * block;
         let mut c = vec![0usize; sub.len()];
         let (mut base, mut oi, mut ri, mut pos) = (0, 0, 0, 0);
         while pos < total {
             let n = CHUNK.min(total - pos);
             let v = prog.eval(Idx::Range(o0 * block + pos, n))?;
-            let mut p = 0;
-            while p < n {
-                let l = (sub[last] - c[last]).min(n - p);
-                let (o, step, r) = (base + oi, os[last], rs[last]);
-                match (&v, fast) {
-                    (Vals::F(x), Some(_)) if step == 0 => {
-                        vals[o] = x[p..p + l].iter().fold(vals[o], |a, &e| f32_fold(op, a, e));
+            for p in 0..n {
+                fold_one(op, &mut accs[base + oi], &v, p, ri, wrap);
+                let mut d = sub.len();
+                while d > 0 {
+                    d -= 1;
+                    (c[d], oi, ri) = (c[d] + 1, oi + os[d], ri + rs[d]);
+                    if c[d] < sub[d] {
+                        break;
                     }
-                    (Vals::F(x), Some(_)) => {
-                        for (j, &e) in x[p..p + l].iter().enumerate() {
-                            vals[o + j * step] = f32_fold(op, vals[o + j * step], e);
-                        }
-                    }
-                    _ => (0..l).for_each(|j| fold_one(op, &mut accs[o + j * step], &v, p + j, ri + j * r, wrap)),
-                }
-                (p, c[last], oi, ri) = (p + l, c[last] + l, oi + l * step, ri + l * r);
-                let mut d = last;
-                while c[d] == sub[d] {
                     (c[d], oi, ri) = (0, oi - os[d] * sub[d], ri - rs[d] * sub[d]);
                     if d == 0 {
                         base += outs;
-                        break;
                     }
-                    d -= 1;
-                    (c[d], oi, ri) = (c[d] + 1, oi + os[d], ri + rs[d]);
                 }
             }
             pos += n;
         }
-        Ok(match fast {
-            Some(_) => vals.into_iter().map(|x| Acc::F(x, 0)).collect(),
-            None => accs,
-        })
+        Ok(accs)
     })?;
     Ok(parts.into_iter().flatten().collect())
 }
