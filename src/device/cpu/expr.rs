@@ -482,9 +482,9 @@ fn inner_len(dims: &[usize], axis: usize) -> usize {
     dims[axis + 1..].iter().product()
 }
 
-/// Visit the stretches of `idx` (a range or runs over `dims`, rank 1 or more) cut at
-/// the ends of rows of the innermost axis: `f(position, coords of its first element,
-/// length)`.
+/// Visit the stretches of `idx` (over `dims`, rank 1 or more; a list is stretches of
+/// one) cut at the ends of rows of the innermost axis: `f(position, coords of its first
+/// element, length)`.
 fn each_row_piece(idx: &Idx, dims: &[usize], mut f: impl FnMut(usize, &[usize], usize)) {
     let r = dims.len();
     let mut c = vec![0usize; r];
@@ -592,6 +592,25 @@ impl<'a> Evaluator<'a> {
     fn eval_at(&mut self, n: usize, idx: Idx) -> Result<Vals> {
         let r = self.idx(idx);
         self.eval(n, &r)
+    }
+
+    /// A chunk of `len` values that are `fill` except at the stretches `pos`, which
+    /// hold input `src` evaluated at the stretches `from`, in order.
+    fn placed(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        fill: f64,
+        src: usize,
+        from: Vec<(usize, usize)>,
+        pos: &[(usize, usize)],
+    ) -> Result<Vals> {
+        let mut out = Vals::splat(dtype, dtype.round(fill), len);
+        if !from.is_empty() {
+            let v = self.eval_at(src, Idx::Runs(from))?;
+            out.place(pos, &v);
+        }
+        Ok(out)
     }
 
     /// Binary node `n` as `x op c` or `c op x` with `c` an f32 constant (`x * 2 + 1`):
@@ -754,12 +773,7 @@ impl<'a> Evaluator<'a> {
                         push_run(&mut pos, (p + lo - c[r - 1], hi - lo));
                     }
                 });
-                let mut out = Vals::splat(dt, dt.round(*value), len);
-                if !src.is_empty() {
-                    let v = self.eval_at(ins[0], Idx::Runs(src))?;
-                    out.place(&pos, &v);
-                }
-                out
+                self.placed(dt, len, *value, ins[0], src, &pos)?
             }
             Kind::Concat { axis } => {
                 // Each block of the elements after the axis is one stretch of one input:
@@ -878,12 +892,7 @@ impl<'a> Evaluator<'a> {
                         pos.extend((lo..hi).map(|x| (p + (x - x0) as usize, 1)));
                     }
                 });
-                let mut out = Vals::splat(dt, dt.round(*pad_value), len);
-                if !src.is_empty() {
-                    let v = self.eval_at(ins[0], Idx::Runs(src))?;
-                    out.place(&pos, &v);
-                }
-                out
+                self.placed(dt, len, *pad_value, ins[0], src, &pos)?
             }
             Kind::Col2im { window } => {
                 // Along an image row (w) each tap reads one stretch of a column row (past
@@ -911,11 +920,11 @@ impl<'a> Evaluator<'a> {
                             let row = (((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh as usize + y) * ow as usize;
                             if s1 == 1 && lo < hi {
                                 src.push((row + (lo + shift) as usize, (hi - lo) as usize));
-                                dst.push(p + (lo - w0) as usize);
+                                dst.push((p + (lo - w0) as usize, (hi - lo) as usize));
                             } else if s1 > 1 {
                                 for w in (lo..hi).filter(|w| (w + shift) % s1 == 0) {
                                     src.push((row + ((w + shift) / s1) as usize, 1));
-                                    dst.push(p + (w - w0) as usize);
+                                    dst.push((p + (w - w0) as usize, 1));
                                 }
                             }
                         }
@@ -924,11 +933,11 @@ impl<'a> Evaluator<'a> {
                 let zero: f32 = std::iter::empty::<f32>().sum();
                 let mut out = vec![zero; len];
                 if !src.is_empty() {
-                    let Vals::F(v) = self.eval_at(ins[0], Idx::Runs(src.clone()))? else {
+                    let Vals::F(v) = self.eval_at(ins[0], Idx::Runs(src))? else {
                         return Err(Error::Unsupported("cpu: col2im of a non-float tensor".into()));
                     };
                     let mut at = 0;
-                    for (&(_, l), &d) in src.iter().zip(&dst) {
+                    for &(d, l) in &dst {
                         for (o, &x) in out[d..d + l].iter_mut().zip(&v[at..at + l]) {
                             *o += x;
                         }
