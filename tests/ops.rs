@@ -194,7 +194,7 @@ fn where_and_cast() {
 
 #[test]
 fn reductions_over_axis_sets() {
-    let cases: [(&[usize], &[isize]); 10] = [
+    let cases: [(&[usize], &[isize]); 13] = [
         (&[1], &[0]),
         (&[3, 1, 4], &[1]), // an axis of size one: no reduction at all
         (&[65, 70], &[1]),  // many outputs, long rows: the narrow-workgroup tree
@@ -205,6 +205,11 @@ fn reductions_over_axis_sets() {
         (&[4, 257], &[1]),
         (&[1023], &[0]),
         (&[2, 3, 4, 5], &[1, 3]),
+        // The CPU backend's in-order walk with reduced axes outside its blocks (partial
+        // results combined), and blocks of one long axis, reduced or kept.
+        (&[20, 3, 12, 10], &[0, 2]),
+        (&[3, 2, 2100], &[0, 2]),
+        (&[2, 3, 2100], &[1]),
     ];
     for (k, (shape, axes)) in cases.iter().enumerate() {
         let len: usize = axes.iter().map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize]).product();
@@ -251,6 +256,8 @@ fn reductions_over_axis_sets() {
             u.max(&[1], false),
             i.gt_scalar(0.0).sum_all(),
             i.gt_scalar(0.0).reshape([2, 1, 4]).sum(&[1], false),
+            i.reshape([2, 2, 2]).sum(&[0, 2], false),
+            i.reshape([2, 2, 2]).argmin(&[0, 2], false),
         ]
     });
     // Over axes of size one the values are the input's, and no kernel runs for them.
@@ -814,7 +821,12 @@ fn nan_propagates() {
     check("nan", |d| {
         let x = Tensor::from_slice(&[1.0f32, f32::NAN, -2.0, 3.0], [2, 2], d);
         let y = Tensor::from_slice(&[0.0f32, 1.0, f32::NAN, 1.0], [2, 2], d);
+        // Around a kept middle axis: the CPU backend's in-order walk, NaN early and late.
+        let z = Tensor::from_slice(&[1.0f32, f32::NAN, -2.0, 3.0, 5.0, 0.0, f32::NAN, 4.0], [2, 2, 2], d);
         vec![
+            z.max(&[0, 2], false),
+            z.min(&[0, 2], false),
+            z.sum(&[0, 2], false),
             &x + 1.0,
             x.relu(),
             x.exp().tanh(),

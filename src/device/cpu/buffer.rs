@@ -201,6 +201,13 @@ impl HostBuffer {
         }
     }
 
+    /// An f32 buffer of `values`.
+    pub fn f32_from(values: impl ExactSizeIterator<Item = f32>) -> HostBuffer {
+        let mut v = big(values.len());
+        v.iter_mut().zip(values).for_each(|(o, x)| *o = x);
+        HostBuffer::F32(v)
+    }
+
     /// An output buffer of `dtype` for `n` elements, written by kernels, all zero.
     /// A large one is backed by huge pages where the OS allows (a table whose rows are
     /// gathered and scattered at random, [`super::memory`]).

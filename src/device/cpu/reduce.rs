@@ -1,7 +1,8 @@
 //! Reductions on the CPU: the fused input expression is evaluated in ranges laid out
 //! for the reduced axes. Trailing axes reduce row by row, leading axes accumulate whole
-//! rows of outputs at a time, and any other set reads the input in order, folding each
-//! element into its output. Sums accumulate in the input's compute type (f32 for
+//! rows of outputs at a time, and any other set walks blocks of the innermost axes by a
+//! list of positions made once (the browser's build: element by element, in order).
+//! Sums accumulate in the input's compute type (f32 for
 //! floats, in several lanes per chunk); max and min propagate NaN; argmax and argmin
 //! return the first extreme, NaN counting as extreme (the reference's rules).
 
@@ -158,6 +159,9 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
     } else {
         in_order(prog, op, xd, axes, red[0], wrap)?
     };
+    if out_dt == DType::F32 {
+        return Ok(HostBuffer::f32_from(accs.into_iter().map(|a| finish(op, a) as f32)));
+    }
     let vals: Vec<f64> = accs.into_iter().map(|a| out_dt.round(finish(op, a))).collect();
     Ok(HostBuffer::from_f64(out_dt, &vals))
 }
@@ -241,9 +245,167 @@ fn columns(prog: &Program, op: ReduceOp, n_out: usize, len: usize, wrap: fn(i64)
     Ok(out)
 }
 
-/// Any other axis set: the input read in order, in blocks of whole indices of the axes
-/// before the first reduced one (`first`), each element folded into its output as it
-/// comes (so, for each output, in reduction order).
+/// Any other axis set (natively; the browser's build has the per-element walk below).
+/// The input splits at an axis into outer indices (the axes before it) and blocks (the
+/// axes from it on: about a chunk, or the innermost axis alone however long). A block's
+/// positions are listed once, by reduction step and then output (`order`), so the walk
+/// folds each step into a row of independent outputs, each output's elements in
+/// reduction order. Outer indices are read in ranges spread over threads; where the
+/// outer axes include reduced ones, each range folds into all the outputs and the ranges
+/// combine in order.
+#[cfg(not(target_arch = "wasm32"))]
+fn in_order(
+    prog: &Program,
+    op: ReduceOp,
+    xd: &[usize],
+    axes: &[usize],
+    first: usize,
+    wrap: fn(i64) -> i64,
+) -> Result<Vec<Acc>> {
+    let rank = xd.len();
+    let mut s = first;
+    while s + 1 < rank && xd[s..].iter().product::<usize>() > CHUNK {
+        s += 1;
+    }
+    let reduced = |d: usize| axes.contains(&d);
+    // Every axis's output stride (0 on reduced axes) and reduction-index stride (0 on
+    // kept axes).
+    let strides = |red: bool| -> Vec<usize> {
+        let dims: Vec<usize> = (0..rank).map(|d| if reduced(d) == red { xd[d] } else { 1 }).collect();
+        strides_of(&dims).into_iter().enumerate().map(|(d, st)| if reduced(d) == red { st } else { 0 }).collect()
+    };
+    let (os, rs) = (strides(false), strides(true));
+    let n_out: usize = (0..rank).filter(|&d| !reduced(d)).map(|d| xd[d]).product();
+    let (outer, block): (usize, usize) = (xd[..s].iter().product(), xd[s..].iter().product());
+    // Output and reduction offsets of positions `i` over axes `from..to`.
+    let offsets = |i: usize, from: usize, to: usize, c: &mut [usize]| -> (usize, usize) {
+        crate::shape::unravel(i, &xd[from..to], c);
+        c.iter().enumerate().fold((0, 0), |(o, r), (j, &x)| (o + x * os[from + j], r + x * rs[from + j]))
+    };
+    // A block's positions by reduction offset, then output: `order[k * outs + j]` is
+    // where output j's k-th element lies (each output of a block has the same count).
+    let mut c = vec![0; rank];
+    let outs = (s..rank).filter(|&d| !reduced(d)).map(|d| xd[d]).product::<usize>();
+    let mut order = vec![0; block];
+    for q in 0..block {
+        let (o, k) = offsets(q, s, rank, &mut c[s..]);
+        order[k * outs + o] = q;
+    }
+    let spread = (0..s).any(reduced);
+    // Ranges of whole blocks, about a chunk each; with reduced outer axes, a few ranges
+    // (each holds every output), or one where the outputs are many.
+    let per = match spread {
+        true if n_out <= CHUNK * 64 => outer.div_ceil(par::threads() * 4),
+        true => outer,
+        false => (CHUNK / block).max(1),
+    };
+    let ranges = outer.div_ceil(per);
+    // f32 sums, maxima and minima fold into plain floats: a sum starts at -0.0 (so a
+    // lone -0.0 stays -0.0), a maximum at -inf and a minimum at +inf, and NaN wins.
+    let plain = match op {
+        ReduceOp::Sum => Some(-0.0),
+        ReduceOp::Max => Some(f32::NEG_INFINITY),
+        ReduceOp::Min => Some(f32::INFINITY),
+        _ => None,
+    }
+    .filter(|_| prog.dtype() == DType::F32);
+    let parts = par::map(ranges, par::worth(outer * block), |b| {
+        let (o0, o1) = (b * per, ((b + 1) * per).min(outer));
+        let mut c = vec![0; s];
+        let bases: Vec<(usize, usize)> = (o0..o1).map(|o| offsets(o, 0, s, &mut c)).collect();
+        // Outputs this range writes start at `lo` (all of them where reduced axes are outer).
+        let lo = if spread { 0 } else { bases.first().map_or(0, |b| b.0) };
+        let n = if spread { n_out } else { (o1 - o0) * (n_out / outer) };
+        Ok(match plain {
+            Some(start) => {
+                let mut vals = vec![start; n];
+                walk_blocks(prog, o0 * block, &bases, &order, outs, lo, |o, v, p, _| {
+                    if let Vals::F(x) = v {
+                        vals[o] = f32_fold(op, vals[o], x[p]);
+                    }
+                })?;
+                vals.into_iter().map(|x| Acc::F(x, 0)).collect::<Vec<_>>()
+            }
+            None => {
+                let mut accs = vec![Acc::Empty; n];
+                walk_blocks(prog, o0 * block, &bases, &order, outs, lo, |o, v, p, r| {
+                    fold_one(op, &mut accs[o], v, p, r, wrap)
+                })?;
+                accs
+            }
+        })
+    })?;
+    if !spread {
+        return Ok(parts.into_iter().flatten().collect());
+    }
+    let all = parts.into_iter().reduce(|a, b| a.into_iter().zip(b).map(|(x, y)| combine(op, x, y, wrap)).collect());
+    Ok(all.unwrap_or_default())
+}
+
+/// [`fold_f`] on plain floats, without branches on the values: NaN wins (a NaN `a`
+/// is never replaced, since no comparison with it holds).
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+fn f32_fold(op: ReduceOp, a: f32, v: f32) -> f32 {
+    let keep = match op {
+        ReduceOp::Sum => return a + v,
+        ReduceOp::Max => {
+            if v > a {
+                v
+            } else {
+                a
+            }
+        }
+        _ => {
+            if v < a {
+                v
+            } else {
+                a
+            }
+        }
+    };
+    if v.is_nan() && !a.is_nan() {
+        v
+    } else {
+        keep
+    }
+}
+
+/// [`in_order`]'s walk over one range of outer indices (`bases`: each one's output and
+/// reduction-index base) from input element `start`: `fold(output - lo, values,
+/// position in them, reduction index)` for every element, each output's in reduction
+/// order, walked by `order` over blocks of `outs` outputs, evaluated a group of whole
+/// blocks (about a chunk, or one longer block) at a time.
+#[cfg(not(target_arch = "wasm32"))]
+fn walk_blocks(
+    prog: &Program,
+    start: usize,
+    bases: &[(usize, usize)],
+    order: &[usize],
+    outs: usize,
+    lo: usize,
+    mut fold: impl FnMut(usize, &Vals, usize, usize),
+) -> Result<()> {
+    let block = order.len();
+    let per = (CHUNK / block).max(1);
+    for (g, group) in bases.chunks(per).enumerate() {
+        let v = prog.eval(Idx::Range(start + g * per * block, group.len() * block))?;
+        for (b, &(ob, rb)) in group.iter().enumerate() {
+            for (k, row) in order.chunks(outs).enumerate() {
+                for (j, &q) in row.iter().enumerate() {
+                    fold(ob + j - lo, &v, b * block + q, rb + k);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Any other axis set, in the browser's build (smaller than the native walk, for its
+/// size budget): the input read in order, in blocks of whole indices of the axes before
+/// the first reduced one (`first`), each element folded into its output as it comes (so,
+/// for each output, in reduction order).
+#[cfg(target_arch = "wasm32")]
 fn in_order(
     prog: &Program,
     op: ReduceOp,
