@@ -45,8 +45,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 1_000_000])]
     bench_rows: Vec<usize>,
     /// Timed rounds per table size for `--bench-sparse` (15 steps each; the median
-    /// round counts).
-    #[arg(long, default_value_t = 5)]
+    /// round counts). On a shared host single rounds swing by a third, so a median of
+    /// few moves the ratio by 0.1.
+    #[arg(long, default_value_t = 21)]
     bench_rounds: usize,
     #[arg(long)]
     quiet: bool,
@@ -442,6 +443,11 @@ fn bench_sparse(dev: &Device, sizes: &[usize], timed_rounds: usize) -> Result<()
         }
         let ids = if spread { "ids over 10,000 rows spread across the table" } else { "ids uniform over the table" };
         let unit = if dev.is_cpu() { "realisations" } else { "submits" };
+        // The ratio within each pair of rounds run back to back: its spread shows the
+        // host's noise.
+        let mut pairs: Vec<f64> = rounds[0].iter().zip(&rounds[sizes.len() - 1]).map(|(a, b)| b / a).collect();
+        pairs.sort_by(f64::total_cmp);
+        let quartiles = [pairs[pairs.len() / 4], pairs[pairs.len() / 2], pairs[pairs.len() * 3 / 4]];
         let mut rates = Vec::new();
         for (k, r) in rounds.iter_mut().enumerate() {
             r.sort_by(f64::total_cmp);
@@ -453,9 +459,19 @@ fn bench_sparse(dev: &Device, sizes: &[usize], timed_rounds: usize) -> Result<()
             rates.push(rate);
         }
         let ratio = rates[rates.len() - 1] / rates[0];
-        println!("  {} rows / {} rows: {ratio:.2}x the steps/s", sizes[sizes.len() - 1], sizes[0]);
+        println!(
+            "  {} rows / {} rows: {ratio:.2}x the steps/s (round by round: quartiles {:.2}x, {:.2}x, {:.2}x)",
+            sizes[sizes.len() - 1],
+            sizes[0],
+            quartiles[0],
+            quartiles[1],
+            quartiles[2]
+        );
         let key = if spread { "same_rows" } else { "uniform" };
-        json.insert(key.into(), serde_json::json!({ "rows": sizes, "steps_per_s": rates, "ratio": ratio }));
+        json.insert(
+            key.into(),
+            serde_json::json!({ "rows": sizes, "steps_per_s": rates, "ratio": ratio, "round_ratio_quartiles": quartiles }),
+        );
     }
     println!("RESULT {}", serde_json::Value::Object(json));
     Ok(())
