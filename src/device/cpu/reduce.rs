@@ -2,9 +2,9 @@
 //! for the reduced axes. Trailing axes reduce row by row, leading axes accumulate whole
 //! rows of outputs at a time, and any other set walks blocks of the innermost axes by a
 //! list of positions made once (the browser's build: element by element, in order).
-//! Sums accumulate in the input's compute type (f32 for
-//! floats, in several lanes per chunk); max and min propagate NaN; argmax and argmin
-//! return the first extreme, NaN counting as extreme (the reference's rules).
+//! Sums accumulate in the input's compute type (f32 for floats, in several lanes per
+//! chunk); max and min propagate NaN; argmax and argmin return the first extreme, NaN
+//! counting as extreme (the reference's rules).
 
 use super::buffer::{CpuBuffer, HostBuffer, Vals};
 use super::expr::{strides_of, Idx, Program, CHUNK};
