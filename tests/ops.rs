@@ -557,7 +557,12 @@ fn fused_chains_of_movement_and_elementwise() {
         let e = &x * &col.broadcast_to([1500, 5, 3]) + &row.broadcast_to([1500, 5, 3]);
         let rev: Vec<i32> = (0..1500).map(|i| (i * 7919) % 1500).collect();
         let g = e.index_select(0, &Tensor::from_slice(&rev, [1500], d));
-        vec![(&e * 2.0).sum(&[2], false), g.sum(&[1], false), g.pad(&[(0, 0), (1, 0), (0, 2)], -1.0)]
+        // A broadcast innermost axis of 3 read from ranges that start inside it: a sum
+        // over the leading axis takes outputs in blocks of 2048.
+        let y = rand_t(&[4, 1000, 3], 9, -1.0, 1.0, d);
+        let ycol = y.narrow(2, 0, 1).exp();
+        let cols = (&y * &ycol.broadcast_to([4, 1000, 3])).sum(&[0], false);
+        vec![(&e * 2.0).sum(&[2], false), g.sum(&[1], false), g.pad(&[(0, 0), (1, 0), (0, 2)], -1.0), cols]
     });
 }
 
