@@ -76,11 +76,11 @@ fn big<T: Copy + Default>(n: usize) -> AlignedVec<T> {
     v
 }
 
-/// `values` converted by `f`, in storage laid out as [`big`]'s (an uploaded table is
-/// aligned as a computed one).
-fn filled<T: Copy + Default>(values: &[f64], f: impl Fn(f64) -> T) -> AlignedVec<T> {
+/// `values` in storage laid out as [`big`]'s (an uploaded table is aligned as a
+/// computed one).
+pub(super) fn filled<T: Copy + Default>(values: impl ExactSizeIterator<Item = T>) -> AlignedVec<T> {
     let mut v = big(values.len());
-    v.iter_mut().zip(values).for_each(|(o, &x)| *o = f(x));
+    v.iter_mut().zip(values).for_each(|(o, x)| *o = x);
     v
 }
 
@@ -189,23 +189,16 @@ impl HostBuffer {
     /// Host values (already rounded to `dtype`) in `dtype`'s storage.
     pub fn from_f64(dtype: DType, values: &[f64]) -> HostBuffer {
         match dtype {
-            DType::F32 => HostBuffer::F32(filled(values, |v| v as f32)),
-            DType::F16 => HostBuffer::F16(filled(values, f16::from_f64)),
-            DType::I32 => HostBuffer::I32(filled(values, |v| v as i32)),
-            DType::U32 => HostBuffer::U32(filled(values, |v| v as u32)),
+            DType::F32 => HostBuffer::F32(filled(values.iter().map(|&v| v as f32))),
+            DType::F16 => HostBuffer::F16(filled(values.iter().map(|&v| f16::from_f64(v)))),
+            DType::I32 => HostBuffer::I32(filled(values.iter().map(|&v| v as i32))),
+            DType::U32 => HostBuffer::U32(filled(values.iter().map(|&v| v as u32))),
             DType::Bool => HostBuffer::Bool(values.iter().map(|&v| u8::from(v != 0.0)).collect()),
             DType::Q8_0 | DType::Q4_0 => {
                 let f: Vec<f32> = values.iter().map(|&v| v as f32).collect();
                 HostBuffer::Quant(dtype, quant::quantize(dtype, &f))
             }
         }
-    }
-
-    /// An f32 buffer of `values`.
-    pub fn f32_from(values: impl ExactSizeIterator<Item = f32>) -> HostBuffer {
-        let mut v = big(values.len());
-        v.iter_mut().zip(values).for_each(|(o, x)| *o = x);
-        HostBuffer::F32(v)
     }
 
     /// An output buffer of `dtype` for `n` elements, written by kernels, all zero.

@@ -160,7 +160,8 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
         in_order(prog, op, xd, axes, red[0], wrap)?
     };
     if out_dt == DType::F32 {
-        return Ok(HostBuffer::f32_from(accs.into_iter().map(|a| finish(op, a) as f32)));
+        let vals = accs.into_iter().map(|a| finish(op, a) as f32);
+        return Ok(HostBuffer::F32(super::buffer::filled(vals)));
     }
     let vals: Vec<f64> = accs.into_iter().map(|a| out_dt.round(finish(op, a))).collect();
     Ok(HostBuffer::from_f64(out_dt, &vals))
