@@ -2,7 +2,7 @@
 # Installs what a fresh Debian machine lacks for Tessera's demo and tests, idempotently:
 # each step checks first and skips what is already present.
 #   - Mesa's lavapipe (software Vulkan) when no Vulkan driver is installed, so wgpu has
-#     an adapter on a machine without a GPU;
+#     an adapter on a machine without a GPU, and Mesa's software OpenGL;
 #   - the wasm32-unknown-unknown Rust target, for the browser build check.
 set -euo pipefail
 
@@ -18,6 +18,12 @@ have_icd() { compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null || compgen -
 have_loader() { local libs; libs=$(ldconfig -p 2>/dev/null || true); [[ "$libs" == *libvulkan.so.1* ]]; }
 if ! have_icd || ! have_loader; then
   apt_missing+=(mesa-vulkan-drivers libvulkan1)
+fi
+# Mesa's EGL and software OpenGL: the adapter wgpu falls back to without a Vulkan
+# driver, which tests/reliability.rs opens to check what the device says about it.
+gl_dir=/usr/lib/$(uname -m)-linux-gnu
+if [ ! -e "$gl_dir/libEGL_mesa.so.0" ] || [ ! -e "$gl_dir/dri/swrast_dri.so" ]; then
+  apt_missing+=(libegl-mesa0 libgl1-mesa-dri)
 fi
 # apt_install WHAT-FOR PRESENT-MESSAGE PACKAGE...: install the packages (none: say so).
 apt_install() {

@@ -282,7 +282,7 @@ fn no_adapter_child() {
         Err(e) => println!("ERROR {e}"),
     }
     match Device::with_options(DeviceOptions { adapter: Some("gpu".into()), ..Default::default() }) {
-        Ok(d) => println!("GPU OPENED {}", d.info().name),
+        Ok(d) => println!("GPU OPENED {} ({}) BECAUSE {}", d.info().name, d.info().backend, d.info().placement),
         Err(e) => println!("GPU ERROR {e}"),
     }
 }
@@ -306,6 +306,29 @@ fn with_no_adapter_device_new_takes_the_cpu_backend() {
     assert!(text.contains("[0.0, 2.0, 4.0, 6.0]"), "{text}");
     assert!(text.contains("GPU ERROR") && text.contains("lavapipe") && text.contains("mesa-vulkan-drivers"), "{text}");
     // scripts/check_no_adapter.sh runs every example without an adapter.
+}
+
+/// Without a Vulkan driver wgpu falls back to llvmpipe through OpenGL, whose compute
+/// ran 5-10x slower than lavapipe on the same host: a GPU asked for there opens, and
+/// its placement says what it is and what to install.
+#[test]
+fn a_software_opengl_adapter_says_to_install_the_vulkan_driver() {
+    let env = [
+        ("TESSERA_NO_ADAPTER_CHILD", "1"),
+        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+        ("WGPU_BACKEND", "gl"),
+    ];
+    let out = child("no_adapter_child", &env).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("GPU OPENED") && text.contains("(Gl)"),
+        "no OpenGL adapter opened (Mesa's EGL and software GL: libegl-mesa0 and libgl1-mesa-dri; \
+         scripts/setup.sh installs them): {text}"
+    );
+    assert!(text.contains("software OpenGL adapter") && text.contains("mesa-vulkan-drivers"), "{text}");
+    // Device::new() still prefers the CPU backend to it.
+    assert!(text.contains("OPENED cpu") && text.contains("software adapter"), "{text}");
 }
 
 #[test]

@@ -60,6 +60,11 @@ pub struct DeviceInfo {
     pub placement: String,
 }
 
+/// What a device opened on a software OpenGL adapter says about it.
+#[cfg(not(target_arch = "wasm32"))]
+const GL_SOFTWARE: &str = "a software OpenGL adapter: its compute runs far slower than Mesa's \
+     lavapipe through Vulkan (install mesa-vulkan-drivers; scripts/setup.sh does)";
+
 /// An adapter found by [`Device::list`].
 #[derive(Clone, Debug)]
 pub struct AdapterDescription {
@@ -274,6 +279,14 @@ impl Device {
             options.adapter_index = Some(0);
         }
         let mut ctx = self::wgpu::GpuContext::open(&options).await?;
+        // Found when Mesa's Vulkan driver is missing: wgpu falls back to llvmpipe
+        // through OpenGL, whose compute ran 5-10x slower than lavapipe here (a matmul
+        // at 1 against 10 GFLOP/s, MiniLM at 580 against 116 ms a sentence).
+        #[cfg(not(target_arch = "wasm32"))]
+        let placement = match (ctx.info.backend.as_str(), ctx.info.device_type.as_str()) {
+            ("Gl", "Cpu") => format!("{placement}; {GL_SOFTWARE}"),
+            _ => placement,
+        };
         ctx.info.placement = placement;
         Ok(Device::from_context(ctx, Some(options)))
     }
