@@ -291,13 +291,7 @@ fn no_adapter_child() {
 /// for a GPU explicitly is an error that says what to install.
 #[test]
 fn with_no_adapter_device_new_takes_the_cpu_backend() {
-    let env = [
-        ("TESSERA_NO_ADAPTER_CHILD", "1"),
-        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
-        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
-        ("WGPU_BACKEND", "vulkan"),
-    ];
-    let out = child("no_adapter_child", &env).output().unwrap();
+    let out = no_vulkan_child("vulkan");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("OPENED cpu") && text.contains("(Cpu)") && text.contains("no GPU adapter"),
@@ -313,22 +307,29 @@ fn with_no_adapter_device_new_takes_the_cpu_backend() {
 /// its placement says what it is and what to install.
 #[test]
 fn a_software_opengl_adapter_says_to_install_the_vulkan_driver() {
+    let out = no_vulkan_child("gl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |tag: &str| text.lines().find(|l| l.contains(tag)).unwrap_or_default();
+    assert!(
+        line("GPU OPENED").contains("(Gl)"),
+        "no OpenGL adapter opened (Mesa's EGL and software GL: libegl-mesa0 and libgl1-mesa-dri; \
+         scripts/setup.sh installs them): {text}"
+    );
+    let gpu = line("GPU OPENED");
+    assert!(gpu.contains("software OpenGL adapter") && gpu.contains("mesa-vulkan-drivers"), "{text}");
+    // Device::new() still prefers the CPU backend to it.
+    assert!(line("OPENED cpu").contains("is a software adapter"), "{text}");
+}
+
+/// Run `no_adapter_child` with Vulkan's drivers hidden and wgpu limited to `backend`.
+fn no_vulkan_child(backend: &str) -> std::process::Output {
     let env = [
         ("TESSERA_NO_ADAPTER_CHILD", "1"),
         ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
         ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
-        ("WGPU_BACKEND", "gl"),
+        ("WGPU_BACKEND", backend),
     ];
-    let out = child("no_adapter_child", &env).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("GPU OPENED") && text.contains("(Gl)"),
-        "no OpenGL adapter opened (Mesa's EGL and software GL: libegl-mesa0 and libgl1-mesa-dri; \
-         scripts/setup.sh installs them): {text}"
-    );
-    assert!(text.contains("software OpenGL adapter") && text.contains("mesa-vulkan-drivers"), "{text}");
-    // Device::new() still prefers the CPU backend to it.
-    assert!(text.contains("OPENED cpu") && text.contains("software adapter"), "{text}");
+    child("no_adapter_child", &env).output().unwrap()
 }
 
 #[test]
