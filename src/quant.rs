@@ -423,34 +423,18 @@ pub async fn quantize_linears_calibrated(
 /// weighted by the Hessian diagonal) on the compensated weights when the block starts.
 /// The result is ordinary Q4_0.
 ///
+/// As in the GPTQ paper's lazy batches, a block's errors reach the columns after it in
+/// one pass per row once the block is done, rather than after every column: the same
+/// subtractions in the same order, so the same result, with the weights streamed once
+/// per block instead of once per column.
+///
 /// `w` is `[rows, cols]` row-major; `x` holds `n` calibration inputs of `cols` values.
 pub fn gptq_q4_0(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<u8> {
     let n = x.len() / cols.max(1);
     if n == 0 || !cols.is_multiple_of(BLOCK) || w.len() != rows * cols {
         return quantize(DType::Q4_0, w);
     }
-    // H = X^T X / n, damped by 1% of its mean diagonal.
-    let mut h = vec![0f64; cols * cols];
-    for r in x.chunks_exact(cols) {
-        for i in 0..cols {
-            let xi = r[i] as f64;
-            if xi == 0.0 {
-                continue;
-            }
-            let row = &mut h[i * cols..(i + 1) * cols];
-            for (j, hv) in row.iter_mut().enumerate() {
-                *hv += xi * r[j] as f64;
-            }
-        }
-    }
-    let mean_diag = (0..cols).map(|i| h[i * cols + i]).sum::<f64>() / cols as f64 / n as f64;
-    let damp = 0.01 * mean_diag.max(1e-8);
-    for v in &mut h {
-        *v /= n as f64;
-    }
-    for i in 0..cols {
-        h[i * cols + i] += damp;
-    }
+    let h = damped_hessian(x, cols);
     let diag: Vec<f32> = (0..cols).map(|i| h[i * cols + i] as f32).collect();
     let Some(u) = inverse_cholesky_upper(&h, cols) else {
         return quantize(DType::Q4_0, w);
@@ -459,30 +443,33 @@ pub fn gptq_q4_0(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<u8> {
     let nb = cols / BLOCK;
     let mut scales = vec![f16::ZERO; rows * nb];
     let mut codes = vec![0u8; rows * cols];
-    for c in 0..cols {
-        let b = c / BLOCK;
-        if c.is_multiple_of(BLOCK) {
-            for r in 0..rows {
-                let mut blk = [0f32; BLOCK];
-                let mut imp = [0f32; BLOCK];
-                for j in 0..BLOCK {
-                    blk[j] = wk[r * cols + c + j] as f32;
-                    imp[j] = diag[c + j];
-                }
-                scales[r * nb + b] = q4_0_block(&blk, &imp).0;
-            }
-        }
-        let ucc = u[c * cols + c];
+    for b in 0..nb {
+        let (c0, c1) = (b * BLOCK, (b + 1) * BLOCK);
+        let imp: [f32; BLOCK] = std::array::from_fn(|j| diag[c0 + j]);
         for r in 0..rows {
-            let d = scales[r * nb + b].to_f32();
-            let v = wk[r * cols + c] as f32;
+            let row = &mut wk[r * cols..(r + 1) * cols];
+            let blk: [f32; BLOCK] = std::array::from_fn(|j| row[c0 + j] as f32);
+            let scale = q4_0_block(&blk, &imp).0;
+            scales[r * nb + b] = scale;
+            let d = scale.to_f32();
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let q = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
-            codes[r * cols + c] = q;
-            let err = (v as f64 - (d * (q as f32 - 8.0)) as f64) / ucc;
-            let (urow, wrow) = (&u[c * cols..(c + 1) * cols], &mut wk[r * cols..(r + 1) * cols]);
-            for j in c + 1..cols {
-                wrow[j] -= err * urow[j];
+            let mut err = [0f64; BLOCK];
+            for c in c0..c1 {
+                let v = row[c] as f32;
+                let q = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                codes[r * cols + c] = q;
+                let e = (v as f64 - (d * (q as f32 - 8.0)) as f64) / u[c * cols + c];
+                err[c - c0] = e;
+                for (wv, uv) in row[c + 1..c1].iter_mut().zip(&u[c * cols + c + 1..c * cols + c1]) {
+                    *wv -= e * uv;
+                }
+            }
+            // The block's errors, in column order, reach the rest of the row.
+            for (k, e) in err.iter().enumerate() {
+                let c = c0 + k;
+                for (wv, uv) in row[c1..].iter_mut().zip(&u[c * cols + c1..(c + 1) * cols]) {
+                    *wv -= e * uv;
+                }
             }
         }
     }
@@ -497,15 +484,62 @@ pub fn gptq_q4_0(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<u8> {
     out
 }
 
+/// `H = XᵀX / n` over `n` rows of `cols` inputs, damped by 1% of its mean diagonal
+/// (row-major `cols × cols`).
+fn damped_hessian(x: &[f32], cols: usize) -> Vec<f64> {
+    let n = x.len() / cols;
+    let mut h = vec![0f64; cols * cols];
+    let mut r64 = vec![0f64; cols];
+    // The upper triangle, one input row at a time; the lower is its mirror.
+    for r in x.chunks_exact(cols) {
+        for (d, &v) in r64.iter_mut().zip(r) {
+            *d = v as f64;
+        }
+        for i in 0..cols {
+            let xi = r64[i];
+            if xi == 0.0 {
+                continue;
+            }
+            for (hv, &xj) in h[i * cols + i..(i + 1) * cols].iter_mut().zip(&r64[i..]) {
+                *hv += xi * xj;
+            }
+        }
+    }
+    for i in 0..cols {
+        for j in 0..i {
+            h[i * cols + j] = h[j * cols + i];
+        }
+    }
+    let mean_diag = (0..cols).map(|i| h[i * cols + i]).sum::<f64>() / cols as f64 / n as f64;
+    let damp = 0.01 * mean_diag.max(1e-8);
+    for v in &mut h {
+        *v /= n as f64;
+    }
+    for i in 0..cols {
+        h[i * cols + i] += damp;
+    }
+    h
+}
+
+/// `a · b` with four partial sums, so the additions do not wait on each other.
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut s = [0f64; 4];
+    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for k in 0..4 {
+            s[k] += x[k] * y[k];
+        }
+    }
+    (s[0] + s[1]) + (s[2] + s[3]) + tail
+}
+
 /// Lower Cholesky factor of a symmetric positive-definite `n × n` matrix.
 fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
     let mut l = vec![0f64; n * n];
     for i in 0..n {
         for j in 0..=i {
-            let mut s = a[i * n + j];
-            for k in 0..j {
-                s -= l[i * n + k] * l[j * n + k];
-            }
+            let s = a[i * n + j] - dot(&l[i * n..i * n + j], &l[j * n..j * n + j]);
             if i == j {
                 if s <= 0.0 || !s.is_finite() {
                     return None;
@@ -519,51 +553,51 @@ fn cholesky(a: &[f64], n: usize) -> Option<Vec<f64>> {
     Some(l)
 }
 
-/// The upper Cholesky factor of `H^{-1}`, as GPTQ uses it (row-major `n × n`).
+/// The upper Cholesky factor `U` of `H^{-1}` (`H^{-1} = UᵀU`), as GPTQ uses it
+/// (row-major `n × n`).
+///
+/// With `J` the reversal of the index order, `JHJ = LLᵀ` gives `H = RRᵀ` for the upper
+/// triangular `R = JLJ`, so `H^{-1} = R^{-T}R^{-1}` and `U = R^{-1} = J L^{-1} J`: one
+/// Cholesky factorisation and one triangular inverse, each a row of dot products.
 fn inverse_cholesky_upper(h: &[f64], n: usize) -> Option<Vec<f64>> {
-    let l = cholesky(h, n)?;
-    // Linv: inverse of the lower-triangular L, by forward substitution per column.
-    let mut linv = vec![0f64; n * n];
-    for c in 0..n {
-        linv[c * n + c] = 1.0 / l[c * n + c];
-        for i in c + 1..n {
-            let mut s = 0.0;
-            for k in c..i {
-                s -= l[i * n + k] * linv[k * n + c];
-            }
-            linv[i * n + c] = s / l[i * n + i];
-        }
-    }
-    // H^{-1} = Linv^T Linv.
-    let mut hinv = vec![0f64; n * n];
-    for i in 0..n {
-        for j in 0..=i {
-            let mut s = 0.0;
-            for k in i.max(j)..n {
-                s += linv[k * n + i] * linv[k * n + j];
-            }
-            hinv[i * n + j] = s;
-            hinv[j * n + i] = s;
-        }
-    }
-    let m = cholesky(&hinv, n)?;
+    let rev: Vec<f64> = (0..n * n).map(|k| h[(n - 1 - k / n) * n + (n - 1 - k % n)]).collect();
+    let l = cholesky(&rev, n)?;
     let mut u = vec![0f64; n * n];
-    for i in 0..n {
-        for j in i..n {
-            u[i * n + j] = m[j * n + i];
+    // Column c of L^{-1} by forward substitution (L m = e_c), into U reversed.
+    let mut m = vec![0f64; n];
+    for c in 0..n {
+        m[c] = 1.0 / l[c * n + c];
+        for i in c + 1..n {
+            m[i] = -dot(&l[i * n + c..i * n + i], &m[c..i]) / l[i * n + i];
+        }
+        for i in c..n {
+            u[(n - 1 - i) * n + (n - 1 - c)] = m[i];
         }
     }
-    Some(u)
+    u.iter().all(|v| v.is_finite()).then_some(u)
 }
 
 /// Quantise Linear weights to Q4_0 with GPTQ, given each layer's calibration inputs
 /// (`[n, in]` f32 values per layer, in the order of `layers`).
+/// The layers are independent, so natively they are quantised in parallel.
 pub async fn gptq_linears(layers: Vec<&mut crate::nn::Linear>, inputs: &[Vec<f32>]) -> Result<()> {
-    for (l, x) in layers.into_iter().zip(inputs) {
-        let (rows, cols) = (l.weight.dims()[0], l.weight.dims()[1]);
-        let w: Vec<f32> = l.weight.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
-        let blocks = gptq_q4_0(&w, rows, cols, x);
-        let q = Tensor::from_quantized(DType::Q4_0, [rows, cols], &blocks, l.weight.device());
+    let mut weights = Vec::with_capacity(layers.len());
+    for l in &layers {
+        weights.push(l.weight.to_f64_vec().await?.into_iter().map(|v| v as f32).collect::<Vec<f32>>());
+    }
+    let shape = |l: &crate::nn::Linear| (l.weight.dims()[0], l.weight.dims()[1]);
+    let jobs: Vec<_> = layers.iter().map(|l| shape(l)).zip(&weights).zip(inputs).collect();
+    let run = |&(((rows, cols), w), x): &(((usize, usize), &Vec<f32>), &Vec<f32>)| gptq_q4_0(w, rows, cols, x);
+    #[cfg(not(target_arch = "wasm32"))]
+    let blocks: Vec<Vec<u8>> = {
+        use rayon::prelude::*;
+        jobs.par_iter().map(run).collect()
+    };
+    #[cfg(target_arch = "wasm32")]
+    let blocks: Vec<Vec<u8>> = jobs.iter().map(run).collect();
+    for (l, b) in layers.into_iter().zip(blocks) {
+        let (rows, cols) = shape(l);
+        let q = Tensor::from_quantized(DType::Q4_0, [rows, cols], &b, l.weight.device());
         q.check()?;
         l.weight = q;
     }
@@ -760,6 +794,76 @@ mod tests {
         let rtn = out_err(&quantize(DType::Q4_0, &w));
         let gptq = out_err(&gptq_q4_0(&w, rows, cols, &x));
         assert!(gptq < rtn * 0.9, "gptq {gptq} vs round-to-nearest {rtn}");
+    }
+
+    /// A symmetric positive-definite `n × n` matrix: `AᵀA / n` plus a little diagonal.
+    fn spd(n: usize) -> Vec<f64> {
+        let a: Vec<f32> = (0..2 * n * n).map(|k| ((k * 7919 + 13) % 1009) as f32 / 504.5 - 1.0).collect();
+        damped_hessian(&a, n)
+    }
+
+    #[test]
+    fn inverse_cholesky_upper_inverts_the_hessian() {
+        for n in [1, 5, 64, 97] {
+            let h = spd(n);
+            let u = inverse_cholesky_upper(&h, n).unwrap();
+            for i in 0..n {
+                for j in 0..i {
+                    assert_eq!(u[i * n + j], 0.0, "n {n}: U[{i}][{j}] below the diagonal");
+                }
+                assert!(u[i * n + i] > 0.0);
+            }
+            // (UᵀU) H = I.
+            for i in 0..n {
+                for j in 0..n {
+                    let mut s = 0.0;
+                    for k in 0..n {
+                        let hinv_ik: f64 = (0..n).map(|t| u[t * n + i] * u[t * n + k]).sum();
+                        s += hinv_ik * h[k * n + j];
+                    }
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((s - want).abs() < 1e-9, "n {n}: (H^-1 H)[{i}][{j}] = {s}");
+                }
+            }
+        }
+        // Not positive definite: no factor.
+        assert!(inverse_cholesky_upper(&[1.0, 2.0, 2.0, 1.0], 2).is_none());
+    }
+
+    #[test]
+    fn gptq_lazy_blocks_give_the_column_by_column_result() {
+        let (rows, cols, n) = (5, 96, 40);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.3).collect();
+        let x: Vec<f32> =
+            (0..n * cols).map(|k| ((k * 104729 % 997) as f32 / 498.5 - 1.0) * (1 + k % 3) as f32).collect();
+        // GPTQ as written in the paper's first form: every column's error reaches every
+        // later column at once.
+        let h = damped_hessian(&x, cols);
+        let u = inverse_cholesky_upper(&h, cols).unwrap();
+        let mut wk: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+        let mut want = Vec::new();
+        for r in 0..rows {
+            let row = &mut wk[r * cols..(r + 1) * cols];
+            for b in 0..cols / BLOCK {
+                let blk: [f32; BLOCK] = std::array::from_fn(|j| row[b * BLOCK + j] as f32);
+                let imp: [f32; BLOCK] = std::array::from_fn(|j| h[(b * BLOCK + j) * (cols + 1)] as f32);
+                let d = q4_0_block(&blk, &imp).0;
+                let id = if d.to_f32() != 0.0 { 1.0 / d.to_f32() } else { 0.0 };
+                let mut q = [0u8; BLOCK];
+                for j in 0..BLOCK {
+                    let c = b * BLOCK + j;
+                    let v = row[c] as f32;
+                    q[j] = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                    let e = (v as f64 - (d.to_f32() * (q[j] as f32 - 8.0)) as f64) / u[c * cols + c];
+                    for t in c + 1..cols {
+                        row[t] -= e * u[c * cols + t];
+                    }
+                }
+                want.extend_from_slice(&d.to_bits().to_le_bytes());
+                want.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+            }
+        }
+        assert_eq!(gptq_q4_0(&w, rows, cols, &x), want);
     }
 
     #[test]
