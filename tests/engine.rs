@@ -638,3 +638,26 @@ fn zeros_come_back_zero_from_reused_memory_and_negative_zero_keeps_its_sign() {
         assert!(neg.iter().all(|&x| x.to_bits() == 0x8000_0000), "-0.0 keeps its sign on {}", common::label(&d));
     }
 }
+
+#[test]
+fn a_random_expression_broadcast_over_millions_is_drawn_once() {
+    // A fresh weight is still a random expression. Broadcast over a few elements it
+    // fuses into its consumer; over millions, where each element would draw it again,
+    // it gets its own kernel first. The values are the same either way.
+    let gpu = private_device(DeviceOptions::default()).expect("a GPU device");
+    for d in [gpu, Device::cpu()] {
+        for (cols, kernels) in [(100usize, 1u64), (600_000, 2)] {
+            let x = rand_t(&[8, cols], 1, -1.0, 1.0, &d);
+            x.realize_blocking().unwrap();
+            let w = Tensor::rand([8, 1], 7, &d) * 0.5 - 0.25;
+            let y = &x * &w;
+            let before = d.stats();
+            let got = y.to_vec_blocking::<f32>().unwrap();
+            assert_eq!(d.stats().kernels_dispatched - before.kernels_dispatched, kernels, "{cols} columns on {d}");
+            let (xv, wv) = (x.to_vec_blocking::<f32>().unwrap(), w.to_vec_blocking::<f32>().unwrap());
+            let want: Vec<f64> = xv.iter().enumerate().map(|(i, &v)| (v * wv[i / cols]) as f64).collect();
+            let got: Vec<f64> = got.iter().map(|&v| v as f64).collect();
+            assert_close(&format!("x * w, {cols} columns on {d}"), &got, &want, Tol::for_dtype(DType::F32));
+        }
+    }
+}
