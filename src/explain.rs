@@ -122,15 +122,22 @@ pub fn integrated_gradients(
     }
     let steps = steps.max(1);
     let delta = x.sub(baseline);
-    let points: Vec<Tensor> = (0..=steps).map(|k| baseline.add(&delta.mul_scalar(k as f64 / steps as f64))).collect();
-    let t: Vec<usize> = (0..=steps).flat_map(|_| targets.iter().copied()).collect();
-    let g = input_gradient(model, &Tensor::concat(&points, 0), &t)?.1;
-    // Trapezoid weights: 1/2 at both ends, 1 inside, over `steps` intervals.
-    let w: Vec<f32> = (0..=steps).map(|k| if k == 0 || k == steps { 0.5 } else { 1.0 } / steps as f32).collect();
+    // The path's points, `baseline + (k / steps) * delta` for k = 0..=steps, as one
+    // broadcast over a leading steps axis (not a concat of steps + 1 tensors, which
+    // every element would walk), then merged into the batch.
     let mut wd = vec![steps + 1];
     wd.extend(std::iter::repeat_n(1, x.rank()));
     let mut gd = vec![steps + 1];
     gd.extend_from_slice(x.dims());
+    let mut pd = x.dims().to_vec();
+    pd[0] *= steps + 1;
+    let alpha: Vec<f32> = (0..=steps).map(|k| (k as f64 / steps as f64) as f32).collect();
+    let alpha = Tensor::from_slice(&alpha, wd.clone(), x.device());
+    let points = baseline.unsqueeze(0).add(&delta.unsqueeze(0).mul(&alpha)).reshape(pd);
+    let t: Vec<usize> = (0..=steps).flat_map(|_| targets.iter().copied()).collect();
+    let g = input_gradient(model, &points, &t)?.1;
+    // Trapezoid weights: 1/2 at both ends, 1 inside, over `steps` intervals.
+    let w: Vec<f32> = (0..=steps).map(|k| if k == 0 || k == steps { 0.5 } else { 1.0 } / steps as f32).collect();
     let avg = g.reshape(gd).mul(&Tensor::from_slice(&w, wd, x.device())).sum(&[0], false);
     Ok(delta.mul(&avg))
 }
