@@ -402,11 +402,23 @@ impl GpuContext {
             _ => source,
         };
         if let Some(dir) = std::env::var_os("TESSERA_DUMP_SHADERS") {
-            // Debugging aid: every compiled kernel's WGSL, named by its label.
+            // Debugging aid: every compiled kernel's WGSL, named by its label (`-2`, `-3`, ...
+            // for further kernels of one label with other sources).
             let name: String =
                 label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
             let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.wgsl")), source);
+            for k in 1.. {
+                let file = if k == 1 { format!("{name}.wgsl") } else { format!("{name}-{k}.wgsl") };
+                let path = std::path::Path::new(&dir).join(file);
+                match std::fs::read_to_string(&path) {
+                    Ok(old) if old == source => break,
+                    Ok(_) => continue,
+                    Err(_) => {
+                        let _ = std::fs::write(path, source);
+                        break;
+                    }
+                }
+            }
         }
         let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(source.into()) };
         // TESSERA_CHECKED=1 compiles every kernel with bounds checks (for debugging).

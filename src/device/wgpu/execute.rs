@@ -607,7 +607,7 @@ pub(crate) async fn run(
             let events = specs.iter().enumerate().filter_map(|(j, s)| {
                 let (a, b) = (tick(2 * j)?, tick(2 * j + 1)?);
                 Some(crate::profile::KernelTime {
-                    label: s.label.clone(),
+                    label: format!("{} {:?}", s.label, s.output.dims()),
                     start_us: a as f64 * period / 1e3,
                     duration_us: b.saturating_sub(a) as f64 * period / 1e3,
                 })
