@@ -521,17 +521,23 @@ fn damped_hessian(x: &[f32], cols: usize) -> Vec<f64> {
     h
 }
 
-/// `a · b` with four partial sums, so the additions do not wait on each other.
+/// `a · b` with four partial sums, so the additions do not wait on each other. Not
+/// inlined: one copy serves both factorisations (the npm package's size).
+#[inline(never)]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut s = [0f64; 4];
-    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
-    let tail: f64 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for k in 0..4 {
-            s[k] += x[k] * y[k];
+    let n = a.len().min(b.len());
+    let (mut s, mut k) = ([0f64; 4], 0);
+    while k + 4 <= n {
+        for j in 0..4 {
+            s[j] += a[k + j] * b[k + j];
         }
+        k += 4;
     }
-    (s[0] + s[1]) + (s[2] + s[3]) + tail
+    let mut t = (s[0] + s[1]) + (s[2] + s[3]);
+    for j in k..n {
+        t += a[j] * b[j];
+    }
+    t
 }
 
 /// Lower Cholesky factor of a symmetric positive-definite `n × n` matrix.
@@ -579,27 +585,29 @@ fn inverse_cholesky_upper(h: &[f64], n: usize) -> Option<Vec<f64>> {
 
 /// Quantise Linear weights to Q4_0 with GPTQ, given each layer's calibration inputs
 /// (`[n, in]` f32 values per layer, in the order of `layers`).
-/// The layers are independent, so natively they are quantised in parallel.
+/// Natively the layers, being independent, are quantised in parallel; in a page, one at
+/// a time (no threads, and memory is short).
 pub async fn gptq_linears(layers: Vec<&mut crate::nn::Linear>, inputs: &[Vec<f32>]) -> Result<()> {
-    let mut weights = Vec::with_capacity(layers.len());
-    for l in &layers {
-        weights.push(l.weight.to_f64_vec().await?.into_iter().map(|v| v as f32).collect::<Vec<f32>>());
-    }
-    let shape = |l: &crate::nn::Linear| (l.weight.dims()[0], l.weight.dims()[1]);
-    let jobs: Vec<_> = layers.iter().map(|l| shape(l)).zip(&weights).zip(inputs).collect();
-    let run = |&(((rows, cols), w), x): &(((usize, usize), &Vec<f32>), &Vec<f32>)| gptq_q4_0(w, rows, cols, x);
-    #[cfg(not(target_arch = "wasm32"))]
-    let blocks: Vec<Vec<u8>> = {
-        use rayon::prelude::*;
-        jobs.par_iter().map(run).collect()
-    };
-    #[cfg(target_arch = "wasm32")]
-    let blocks: Vec<Vec<u8>> = jobs.iter().map(run).collect();
-    for (l, b) in layers.into_iter().zip(blocks) {
-        let (rows, cols) = shape(l);
-        let q = Tensor::from_quantized(DType::Q4_0, [rows, cols], &b, l.weight.device());
+    let run = |(l, w, x): (&mut crate::nn::Linear, Vec<f32>, &Vec<f32>)| -> Result<()> {
+        let (rows, cols) = (l.weight.dims()[0], l.weight.dims()[1]);
+        let q = Tensor::from_quantized(DType::Q4_0, [rows, cols], &gptq_q4_0(&w, rows, cols, x), l.weight.device());
         q.check()?;
         l.weight = q;
+        Ok(())
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    let mut jobs = Vec::new();
+    for (l, x) in layers.into_iter().zip(inputs) {
+        let w: Vec<f32> = l.weight.to_f64_vec().await?.into_iter().map(|v| v as f32).collect();
+        #[cfg(target_arch = "wasm32")]
+        run((l, w, x))?;
+        #[cfg(not(target_arch = "wasm32"))]
+        jobs.push((l, w, x));
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        jobs.into_par_iter().try_for_each(run)?;
     }
     Ok(())
 }

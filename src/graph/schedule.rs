@@ -10,9 +10,9 @@
 //! node that consumes it. Fusion is bounded: an expression shared by several consumers
 //! and costly to recompute gets its own buffer ([`SHARED_COST`]), and so does one that
 //! computes much per element under a broadcast repeating it over millions of elements
-//! ([`EXPANDED_WORK`]); chains deeper than [`MAX_FUSED_DEPTH`] are cut, and a group that would bind more inputs than the device
-//! allows, or grow past [`MAX_FUSED_OPS`], is split by materialising its largest
-//! sub-expression.
+//! ([`EXPANDED_WORK`]); chains deeper than [`MAX_FUSED_DEPTH`] are cut, and a group
+//! that would bind more inputs than the device allows, or grow past [`MAX_FUSED_OPS`],
+//! is split by materialising its largest sub-expression.
 
 pub use super::KernelKind;
 use super::Op;
@@ -29,6 +29,10 @@ pub const SHARED_COST: usize = 8;
 /// Work (per element: 8 for a uniform random number, 32 for a col2im sum) that a
 /// broadcast may repeat before the expression under it gets its own buffer.
 pub const EXPANDED_WORK: usize = 1 << 22;
+
+/// Whether the `EXPANDED_WORK` rule applies: natively. The npm package leaves it out
+/// (its gzip budget); the browser's models are realised before such broadcasts.
+const EXPAND_RULE: bool = cfg!(not(target_arch = "wasm32"));
 
 /// Longest chain of fused ops from a kernel's root to its leaves.
 pub const MAX_FUSED_DEPTH: usize = 48;
@@ -265,6 +269,32 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             _ => {}
         }
     }
+    // An expression that computes much per element (random numbers, a col2im sum) under
+    // a broadcast that repeats it over many more elements is computed once, before the
+    // broadcast: a freshly initialised weight, still a random expression, is otherwise
+    // drawn again for every element it multiplies. `work` is each fused expression's.
+    if EXPAND_RULE {
+        let mut work: HashMap<u64, usize> = HashMap::new();
+        for t in &order {
+            let n = t.node();
+            let mut w: usize = match n.op {
+                Op::Col2im { .. } => 32,
+                Op::Rand { normal, .. } => 8 << usize::from(normal),
+                _ => 0,
+            };
+            for i in &n.inputs {
+                let fused = !i.is_realized() && !mat.contains(&i.id());
+                let iw = if fused { work.get(&i.id()).copied().unwrap_or(0) } else { 0 };
+                let redone = t.numel().saturating_sub(i.numel()).saturating_mul(iw);
+                if n.op == Op::Expand && iw >= SHARED_COST && redone >= EXPANDED_WORK {
+                    mat.insert(i.id());
+                } else {
+                    w = w.saturating_add(iw);
+                }
+            }
+            work.insert(t.id(), if mat.contains(&t.id()) { 0 } else { w });
+        }
+    }
     // A costly expression read by several consumers is computed once into a buffer
     // instead of once per consuming kernel (a window gather, say, that feeds both a
     // weight gradient and a bias gradient).
@@ -274,46 +304,24 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             *uses.entry(i.id()).or_default() += 1;
         }
     }
-    // Likewise an expression that computes much per element (random numbers, a col2im
-    // sum) and is broadcast over many more elements is computed once, before the
-    // broadcast: a freshly initialised weight, still a random expression, is otherwise
-    // drawn again for every element it multiplies (EXPANDED_WORK).
     let mut cost: HashMap<u64, usize> = HashMap::new();
-    let mut work: HashMap<u64, usize> = HashMap::new();
     for t in &order {
-        let (own_cost, own_work) = match t.node().op {
-            Op::Im2col { .. } => (8, 0),
-            Op::Col2im { .. } => (32, 32),
-            Op::Rand { normal, .. } => (0, if normal { 16 } else { 8 }),
-            _ => (0, 0),
+        let own = match t.node().op {
+            Op::Im2col { .. } => 8,
+            Op::Col2im { .. } => 32,
+            _ => 0,
         };
-        let fused: Vec<&Tensor> =
-            t.node().inputs.iter().filter(|i| !i.is_realized() && !mat.contains(&i.id())).collect();
-        if t.node().op == Op::Expand {
-            if let Some(i) = fused.first() {
-                let w = work.get(&i.id()).copied().unwrap_or(0);
-                let redone = (t.numel() - i.numel().min(t.numel())).saturating_mul(w);
-                if w >= SHARED_COST && redone >= EXPANDED_WORK {
-                    mat.insert(i.id());
-                    cost.insert(i.id(), 0);
-                    work.insert(i.id(), 0);
-                }
-            }
-        }
-        let sum = |m: &HashMap<u64, usize>, own: usize| {
-            fused
-                .iter()
-                .filter(|i| !mat.contains(&i.id()))
-                .map(|i| m.get(&i.id()).copied().unwrap_or(0))
-                .fold(own, usize::saturating_add)
-        };
-        let (c, w) = (sum(&cost, own_cost), sum(&work, own_work));
+        let c = t
+            .node()
+            .inputs
+            .iter()
+            .filter(|i| !i.is_realized() && !mat.contains(&i.id()))
+            .map(|i| cost.get(&i.id()).copied().unwrap_or(0))
+            .fold(own, usize::saturating_add);
         if t.node().op.is_elementwise() && uses.get(&t.id()).copied().unwrap_or(0) >= 2 && c >= SHARED_COST {
             mat.insert(t.id());
         }
-        let kept = !mat.contains(&t.id());
-        cost.insert(t.id(), if kept { c } else { 0 });
-        work.insert(t.id(), if kept { w } else { 0 });
+        cost.insert(t.id(), if mat.contains(&t.id()) { 0 } else { c });
     }
     // Bound the depth of every fused expression: a long unrealised chain (a loop that
     // keeps adding to a tensor) is cut into kernels instead of one deep recursion.
