@@ -858,11 +858,11 @@ mod tests {
                 let d = q4_0_block(&blk, &imp).0;
                 let id = if d.to_f32() != 0.0 { 1.0 / d.to_f32() } else { 0.0 };
                 let mut q = [0u8; BLOCK];
-                for j in 0..BLOCK {
+                for (j, qj) in q.iter_mut().enumerate() {
                     let c = b * BLOCK + j;
                     let v = row[c] as f32;
-                    q[j] = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
-                    let e = (v as f64 - (d.to_f32() * (q[j] as f32 - 8.0)) as f64) / u[c * cols + c];
+                    *qj = ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                    let e = (v as f64 - (d.to_f32() * (*qj as f32 - 8.0)) as f64) / u[c * cols + c];
                     for t in c + 1..cols {
                         row[t] -= e * u[c * cols + t];
                     }
