@@ -31,7 +31,8 @@ pub const SHARED_COST: usize = 8;
 pub const EXPANDED_WORK: usize = 1 << 22;
 
 /// Whether the `EXPANDED_WORK` rule applies: natively. The npm package leaves it out
-/// (its gzip budget); the browser's models are realised before such broadcasts.
+/// for its gzip budget, so in a page a fresh weight broadcast over millions of elements
+/// is still drawn once per element.
 const EXPAND_RULE: bool = cfg!(not(target_arch = "wasm32"));
 
 /// Longest chain of fused ops from a kernel's root to its leaves.
