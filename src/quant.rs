@@ -585,6 +585,7 @@ fn inverse_cholesky_upper(h: &[f64], n: usize) -> Option<Vec<f64>> {
 
 /// Quantise Linear weights to Q4_0 with GPTQ, given each layer's calibration inputs
 /// (`[n, in]` f32 values per layer, in the order of `layers`).
+///
 /// Natively the layers, being independent, are quantised in parallel; in a page, one at
 /// a time (no threads, and memory is short).
 pub async fn gptq_linears(layers: Vec<&mut crate::nn::Linear>, inputs: &[Vec<f32>]) -> Result<()> {
