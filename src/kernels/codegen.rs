@@ -94,6 +94,8 @@ pub(crate) struct Gen<'a> {
     is_leaf: &'a dyn Fn(&Tensor) -> bool,
     memo: HashMap<(u64, String), String>,
     dims: HashMap<u64, Vec<String>>,
+    /// The magic-number slots of each divisor slot [`Gen::divmod`] has divided by.
+    udiv_slots: HashMap<String, (String, String)>,
     next: usize,
     pub checks: Vec<IndexCheck>,
     pub uses_f16: bool,
@@ -174,6 +176,7 @@ impl<'a> Gen<'a> {
             is_leaf,
             memo: HashMap::new(),
             dims: HashMap::new(),
+            udiv_slots: HashMap::new(),
             next: 0,
             checks: Vec::new(),
             uses_f16: false,
@@ -211,10 +214,26 @@ impl<'a> Gen<'a> {
         e
     }
 
-    /// `(q / d, q % d)` as two named values (drivers compute both with one division).
+    /// `(q / d, q % d)` as two named values. A divisor held in a meta slot (a dim)
+    /// divides by multiplying (`udiv` in common.wgsl), with its magic number and shifts
+    /// in two more slots, shared by every division by that slot in the kernel.
     pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
-        let qq = self.let_("q", format!("{q} / {d}"));
-        (qq, self.let_("c", format!("{q} % {d}")))
+        let slot = d.strip_prefix("m(").and_then(|s| s.strip_suffix("u)")).and_then(|s| s.parse::<usize>().ok());
+        let Some(v) = slot.and_then(|i| self.meta.get(i).copied()).filter(|&v| v > 0) else {
+            let qq = self.let_("q", format!("{q} / {d}"));
+            return (qq, self.let_("c", format!("{q} % {d}")));
+        };
+        let (magic, shifts) = match self.udiv_slots.get(d) {
+            Some(m) => m.clone(),
+            None => {
+                let (a, b) = udiv_magic(v);
+                let m = (self.slot(a), self.slot(b));
+                self.udiv_slots.insert(d.to_string(), m.clone());
+                m
+            }
+        };
+        let qq = self.let_("q", format!("udiv({q}, {magic}, {shifts})"));
+        (qq.clone(), self.let_("c", format!("({q}) - {qq} * {d}")))
     }
 
     /// Start the next WGSL function: returns the body rendered so far, and forgets the
@@ -1024,6 +1043,17 @@ impl<'a> Gen<'a> {
     }
 }
 
+/// The magic number and packed shifts with which `udiv` (common.wgsl) divides a u32 by
+/// `d >= 1`: Granlund and Montgomery's round-up method (Hacker's Delight 10-8), with
+/// `l = ceil(log2 d)`, `magic = floor(2^32 (2^l - d) / d) + 1` (below 2^32), and shifts
+/// `min(l, 1)` (bit 0) and `max(l, 1) - 1` (bits 1 and up).
+pub fn udiv_magic(d: u32) -> (u32, u32) {
+    let d = d.max(1);
+    let l = 32 - (d - 1).leading_zeros();
+    let magic = ((1u64 << 32) * ((1u64 << l) - d as u64) / d as u64 + 1) as u32;
+    (magic, (l.max(1) - 1) << 1 | l.min(1))
+}
+
 fn unary_expr(u: UnaryOp, x: &str, dt: DType, caps: &ShaderCaps) -> String {
     let float = dt.is_float();
     match u {
@@ -1084,5 +1114,44 @@ fn binary_expr(b: BinaryOp, x: &str, y: &str, dt: DType) -> String {
         BinaryOp::Ge => format!("{x} >= {y}"),
         BinaryOp::And => format!("{x} && {y}"),
         BinaryOp::Or => format!("{x} || {y}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::udiv_magic;
+
+    /// common.wgsl's `udiv`, step for step in wrapping u32 arithmetic.
+    fn udiv(n: u32, magic: u32, shifts: u32) -> u32 {
+        let (al, ah, bl, bh) = (magic & 0xffff, magic >> 16, n & 0xffff, n >> 16);
+        let (lh, hl) = (al * bh, ah * bl);
+        let mid = ((al * bl) >> 16) + (lh & 0xffff) + (hl & 0xffff);
+        let t = ah.wrapping_mul(bh) + (lh >> 16) + (hl >> 16) + (mid >> 16);
+        (t + ((n - t) >> (shifts & 1))) >> (shifts >> 1)
+    }
+
+    #[test]
+    fn udiv_by_magic_numbers_is_exact() {
+        let mut ds: Vec<u32> = (1..=1100).collect();
+        for k in 1..32 {
+            let p = 1u32 << k;
+            ds.extend([p - 1, p, p + 1]);
+        }
+        ds.extend([3 * 7 * 11 * 13 * 17, 6_700_417, u32::MAX - 1, u32::MAX, 2_147_483_647]);
+        let mut ns: Vec<u32> = (0..300).chain([u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1, 65_535, 65_536]).collect();
+        // A fixed xorshift sequence covers the rest of the range.
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            ns.push(x);
+        }
+        for &d in &ds {
+            let (magic, shifts) = udiv_magic(d);
+            for &n in ns.iter().chain([d - 1, d, d.wrapping_mul(2).max(d), (u32::MAX / d) * d, (u32::MAX / d) * d - 1].iter()) {
+                assert_eq!(udiv(n, magic, shifts), n / d, "{n} / {d} (magic {magic}, shifts {shifts})");
+            }
+        }
     }
 }
