@@ -661,3 +661,34 @@ fn a_random_expression_broadcast_over_millions_is_drawn_once() {
         }
     }
 }
+
+/// A costly expression read by two kernels through a broadcast gets its own buffer
+/// before the broadcast, not after: a few-channel convolution's windows, repeated over
+/// its output channels, are stored once per window element, and the forward product and
+/// the weight gradient both read them broadcast. The values match the reference.
+#[test]
+fn a_shared_expression_under_a_broadcast_is_stored_unrepeated() {
+    let gpu = private_device(DeviceOptions::default()).expect("a GPU device");
+    let (n, oc, side) = (3usize, 6usize, 10usize);
+    let build = |d: &Device| {
+        let x = rand_t(&[n, 1, side, side], 1, -1.0, 1.0, d).requires_grad();
+        let w = rand_t(&[oc, 1, 3, 3], 2, -1.0, 1.0, d).requires_grad();
+        tessera::read_all_blocking(&[x.clone(), w.clone()]).unwrap();
+        let y = x.conv2d(&w, None, tessera::ops::nn::Conv2dOptions::new(1, 1));
+        let gw = y.square().sum_all().backward().unwrap().get(&w).unwrap().clone();
+        (y, gw)
+    };
+    let (y, gw) = build(&gpu);
+    let s = tessera::graph::schedule::schedule(&[y.clone(), gw.clone()], 8);
+    let roots: Vec<Vec<usize>> = s.kernels.iter().map(|k| k.root.dims().to_vec()).collect();
+    // The windows: one value per (image, window element, position), nothing per channel.
+    let windows = n * 9 * side * side;
+    assert!(roots.iter().any(|d| d.iter().product::<usize>() == windows), "kernel outputs {roots:?}");
+    assert!(!roots.iter().any(|d| d.iter().product::<usize>() == windows * oc), "kernel outputs {roots:?}");
+    let got = tessera::read_all_blocking(&[y, gw]).unwrap();
+    let (ry, rgw) = build(&Device::reference());
+    let want = tessera::read_all_blocking(&[ry, rgw]).unwrap();
+    let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(30);
+    assert_close("conv2d", &got[0], &want[0], tol);
+    assert_close("conv2d dw", &got[1], &want[1], tol.scaled(40));
+}

@@ -319,10 +319,22 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             .filter(|i| !i.is_realized() && !mat.contains(&i.id()))
             .map(|i| cost.get(&i.id()).copied().unwrap_or(0))
             .fold(own, usize::saturating_add);
-        if t.node().op.is_elementwise() && uses.get(&t.id()).copied().unwrap_or(0) >= 2 && c >= SHARED_COST {
-            mat.insert(t.id());
+        let shared = t.node().op.is_elementwise() && uses.get(&t.id()).copied().unwrap_or(0) >= 2 && c >= SHARED_COST;
+        if shared {
+            // A broadcast's input is stored instead, un-repeated: the consumers read the
+            // broadcast of a smaller buffer (a convolution's windows expanded over its
+            // output channels, read by the product and the weight gradient).
+            let mut m = t.clone();
+            while m.node().op == Op::Expand {
+                let i = m.node().inputs[0].clone();
+                if i.is_realized() || mat.contains(&i.id()) {
+                    break;
+                }
+                m = i;
+            }
+            mat.insert(m.id());
         }
-        cost.insert(t.id(), if mat.contains(&t.id()) { 0 } else { c });
+        cost.insert(t.id(), if shared || mat.contains(&t.id()) { 0 } else { c });
     }
     // Bound the depth of every fused expression: a long unrealised chain (a loop that
     // keeps adding to a tensor) is cut into kernels instead of one deep recursion.
