@@ -386,7 +386,10 @@ impl eframe::App for App {
             });
         });
         self.selftest_step(&ctx);
-        if self.args.screenshot.is_some() || !ready {
+        // The training thread asks for a frame after each step; only the self-test's
+        // injected stroke needs frames back to back. Rendering continuously while the
+        // model trains would take a CPU core from it under lavapipe.
+        if self.args.screenshot.is_some() && ready {
             ctx.request_repaint();
         }
     }

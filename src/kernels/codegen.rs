@@ -1138,7 +1138,8 @@ mod tests {
             ds.extend([p - 1, p, p + 1]);
         }
         ds.extend([3 * 7 * 11 * 13 * 17, 6_700_417, u32::MAX - 1, u32::MAX, 2_147_483_647]);
-        let mut ns: Vec<u32> = (0..300).chain([u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1, 65_535, 65_536]).collect();
+        let mut ns: Vec<u32> =
+            (0..300).chain([u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1, 65_535, 65_536]).collect();
         // A fixed xorshift sequence covers the rest of the range.
         let mut x = 0x9e37_79b9u32;
         for _ in 0..400 {
@@ -1149,7 +1150,9 @@ mod tests {
         }
         for &d in &ds {
             let (magic, shifts) = udiv_magic(d);
-            for &n in ns.iter().chain([d - 1, d, d.wrapping_mul(2).max(d), (u32::MAX / d) * d, (u32::MAX / d) * d - 1].iter()) {
+            for &n in
+                ns.iter().chain([d - 1, d, d.wrapping_mul(2).max(d), (u32::MAX / d) * d, (u32::MAX / d) * d - 1].iter())
+            {
                 assert_eq!(udiv(n, magic, shifts), n / d, "{n} / {d} (magic {magic}, shifts {shifts})");
             }
         }
