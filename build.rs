@@ -1,6 +1,7 @@
 //! Copies `shaders/*.wgsl` into `OUT_DIR` for `src/kernels/mod.rs` to include. For
-//! wasm32 (the npm package, held to a size budget) whole-line `//` comments are left
-//! out; `shaders/` stays the documented source, and native builds embed it verbatim.
+//! wasm32 (the npm package, held to a size budget) comments, indentation and blank
+//! lines are left out; `shaders/` stays the documented source, and native builds
+//! embed it verbatim.
 
 use std::{env, fs, path::Path};
 
@@ -17,7 +18,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", path.display());
         let src = fs::read_to_string(&path).expect("read a shader");
         let text: String = if strip {
-            src.lines().filter(|l| !l.trim_start().starts_with("//")).flat_map(|l| [l, "\n"]).collect()
+            // WGSL has no string literals, so `//` always starts a comment; indentation
+            // and blank lines go too.
+            src.lines()
+                .map(|l| l.split("//").next().unwrap_or_default().trim())
+                .filter(|l| !l.is_empty())
+                .flat_map(|l| [l, "\n"])
+                .collect()
         } else {
             src
         };

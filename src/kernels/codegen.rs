@@ -95,7 +95,7 @@ pub(crate) struct Gen<'a> {
     memo: HashMap<(u64, String), String>,
     dims: HashMap<u64, Vec<String>>,
     /// The magic-number slots of each divisor slot [`Gen::divmod`] has divided by.
-    udiv_slots: HashMap<String, (String, String)>,
+    udiv_slots: Vec<(String, String, String)>,
     next: usize,
     pub checks: Vec<IndexCheck>,
     pub uses_f16: bool,
@@ -176,7 +176,7 @@ impl<'a> Gen<'a> {
             is_leaf,
             memo: HashMap::new(),
             dims: HashMap::new(),
-            udiv_slots: HashMap::new(),
+            udiv_slots: Vec::new(),
             next: 0,
             checks: Vec::new(),
             uses_f16: false,
@@ -215,21 +215,24 @@ impl<'a> Gen<'a> {
     }
 
     /// `(q / d, q % d)` as two named values. A divisor held in a meta slot (a dim)
-    /// divides by multiplying (`udiv` in common.wgsl), with its magic number and shifts
-    /// in two more slots, shared by every division by that slot in the kernel.
+    /// divides by multiplying (`udiv` in shaders/udiv.wgsl), with its magic number and shifts
+    /// in two more slots, shared by every division by that slot in the kernel. The npm
+    /// package divides plainly: its size budget has no room for this, and GPUs divide
+    /// by a uniform in a few instructions where CPU adapters loop over the lanes.
     pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
         let slot = d.strip_prefix("m(").and_then(|s| s.strip_suffix("u)")).and_then(|s| s.parse::<usize>().ok());
+        let slot = slot.filter(|_| !cfg!(target_arch = "wasm32"));
         let Some(v) = slot.and_then(|i| self.meta.get(i).copied()).filter(|&v| v > 0) else {
             let qq = self.let_("q", format!("{q} / {d}"));
             return (qq, self.let_("c", format!("{q} % {d}")));
         };
-        let (magic, shifts) = match self.udiv_slots.get(d) {
-            Some(m) => m.clone(),
+        let (magic, shifts) = match self.udiv_slots.iter().find(|s| s.0 == d) {
+            Some((_, magic, shifts)) => (magic.clone(), shifts.clone()),
             None => {
                 let (a, b) = udiv_magic(v);
-                let m = (self.slot(a), self.slot(b));
-                self.udiv_slots.insert(d.to_string(), m.clone());
-                m
+                let (magic, shifts) = (self.slot(a), self.slot(b));
+                self.udiv_slots.push((d.to_string(), magic.clone(), shifts.clone()));
+                (magic, shifts)
             }
         };
         let qq = self.let_("q", format!("udiv({q}, {magic}, {shifts})"));
@@ -1031,9 +1034,11 @@ impl<'a> Gen<'a> {
             .collect()
     }
 
-    /// Helper functions (from `shaders/common.wgsl`) plus the status binding if used.
+    /// Helper functions (from `shaders/common.wgsl` and `udiv.wgsl`) plus the status
+    /// binding if used.
     pub fn support(&self, status_binding: u32) -> String {
         let mut s = String::from(super::sources::COMMON);
+        s.push_str(super::sources::UDIV);
         if !self.checks.is_empty() {
             s.push_str(&format!(
                 "@group(0) @binding({status_binding}) var<storage, read_write> status: array<atomic<u32>>;\n"
@@ -1043,7 +1048,7 @@ impl<'a> Gen<'a> {
     }
 }
 
-/// The magic number and packed shifts with which `udiv` (common.wgsl) divides a u32 by
+/// The magic number and packed shifts with which `udiv` (shaders/udiv.wgsl) divides a u32 by
 /// `d >= 1`: Granlund and Montgomery's round-up method (Hacker's Delight 10-8), with
 /// `l = ceil(log2 d)`, `magic = floor(2^32 (2^l - d) / d) + 1` (below 2^32), and shifts
 /// `min(l, 1)` (bit 0) and `max(l, 1) - 1` (bits 1 and up).
@@ -1121,7 +1126,7 @@ fn binary_expr(b: BinaryOp, x: &str, y: &str, dt: DType) -> String {
 mod tests {
     use super::udiv_magic;
 
-    /// common.wgsl's `udiv`, step for step in wrapping u32 arithmetic.
+    /// udiv.wgsl's `udiv`, step for step in wrapping u32 arithmetic.
     fn udiv(n: u32, magic: u32, shifts: u32) -> u32 {
         let (al, ah, bl, bh) = (magic & 0xffff, magic >> 16, n & 0xffff, n >> 16);
         let (lh, hl) = (al * bh, ah * bl);

@@ -23,9 +23,14 @@ use std::panic::Location;
 pub const WG: u32 = 256;
 
 /// The WGSL sources of `shaders/`, embedded at build time (`build.rs` copies them;
-/// the wasm build leaves out their whole-line comments).
+/// the wasm build leaves out their comments and indentation).
 pub mod sources {
     pub const COMMON: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/common.wgsl"));
+    /// Division by multiplying (`Gen::divmod`); the npm package divides plainly.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const UDIV: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/udiv.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const UDIV: &str = "";
     pub const ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise.wgsl"));
     pub const ELEMENTWISE_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_vec4.wgsl"));
     pub const REDUCE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl"));
