@@ -692,3 +692,36 @@ fn a_shared_expression_under_a_broadcast_is_stored_unrepeated() {
     assert_close("conv2d", &got[0], &want[0], tol);
     assert_close("conv2d dw", &got[1], &want[1], tol.scaled(40));
 }
+
+/// A first convolution's weight gradient multiplies its output gradient (here through
+/// a bias, a ReLU and a max-pool: a dozen loads and ops) by the windows, broadcast over
+/// the window: the output gradient is stored once, not recomputed for each of the 9
+/// window elements, and the bias gradient reads the same buffer. The values match the
+/// reference.
+#[test]
+fn a_costly_gradient_under_a_large_broadcast_is_stored_once() {
+    let gpu = private_device(DeviceOptions::default()).expect("a GPU device");
+    let (n, oc, side) = (4usize, 8usize, 40usize);
+    let build = |d: &Device| {
+        let x = rand_t(&[n, 1, side, side], 3, -1.0, 1.0, d).requires_grad();
+        let w = rand_t(&[oc, 1, 3, 3], 4, -1.0, 1.0, d).requires_grad();
+        let b = rand_t(&[oc], 5, -0.5, 0.5, d).requires_grad();
+        tessera::read_all_blocking(&[x.clone(), w.clone(), b.clone()]).unwrap();
+        let y = x.conv2d(&w, Some(&b), tessera::ops::nn::Conv2dOptions::new(1, 1)).relu().max_pool2d(2, 2, 0);
+        let grads = y.square().sum_all().backward().unwrap();
+        (grads.get(&w).unwrap().clone(), grads.get(&b).unwrap().clone())
+    };
+    let (gw, gb) = build(&gpu);
+    let s = tessera::graph::schedule::schedule(&[gw.clone(), gb.clone()], 8);
+    let roots: Vec<Vec<usize>> = s.kernels.iter().map(|k| k.root.dims().to_vec()).collect();
+    // Two kernels write one value per (image, channel, pixel): the convolution and the
+    // gradient at its output.
+    let per_pixel = roots.iter().filter(|d| d.iter().product::<usize>() == n * oc * side * side).count();
+    assert_eq!(per_pixel, 2, "kernel outputs {roots:?}");
+    let got = tessera::read_all_blocking(&[gw, gb]).unwrap();
+    let (rgw, rgb) = build(&Device::reference());
+    let want = tessera::read_all_blocking(&[rgw, rgb]).unwrap();
+    let tol = Tol { atol: 1e-5, rtol: 1e-5 }.scaled(30);
+    assert_close("conv2d dw", &got[0], &want[0], tol.scaled(40));
+    assert_close("conv2d db", &got[1], &want[1], tol.scaled(40));
+}

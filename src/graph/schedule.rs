@@ -26,8 +26,9 @@ pub const MAX_FUSED_OPS: usize = 96;
 /// two or more consumers gets its own buffer.
 pub const SHARED_COST: usize = 8;
 
-/// Work (per element: 8 for a uniform random number, 32 for a col2im sum) that a
-/// broadcast may repeat before the expression under it gets its own buffer.
+/// Work (per element: 1 for an element-wise op or a load, 8 for a uniform random
+/// number, 32 for a col2im sum) that a broadcast may repeat before the expression under
+/// it gets its own buffer.
 pub const EXPANDED_WORK: usize = 1 << 22;
 
 /// Whether the `EXPANDED_WORK` rule applies: natively. The npm package leaves it out
@@ -270,10 +271,12 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             _ => {}
         }
     }
-    // An expression that computes much per element (random numbers, a col2im sum) under
-    // a broadcast that repeats it over many more elements is computed once, before the
-    // broadcast: a freshly initialised weight, still a random expression, is otherwise
-    // drawn again for every element it multiplies. `work` is each fused expression's.
+    // An expression that computes much per element (random numbers, a col2im sum, a
+    // dozen loads and ops) under a broadcast that repeats it over many more elements is
+    // computed once, before the broadcast: a freshly initialised weight, still a random
+    // expression, is otherwise drawn again for every element it multiplies, and a
+    // convolution's output gradient again for every weight it reaches. `work` is each
+    // fused expression's: an element-wise op or a load from a buffer counts 1.
     if EXPAND_RULE {
         let mut work: HashMap<u64, usize> = HashMap::new();
         for t in &order {
@@ -281,11 +284,12 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
             let mut w: usize = match n.op {
                 Op::Col2im { .. } => 32,
                 Op::Rand { normal, .. } => 8 << usize::from(normal),
+                Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast => 1,
                 _ => 0,
             };
             for i in &n.inputs {
                 let fused = !i.is_realized() && !mat.contains(&i.id());
-                let iw = if fused { work.get(&i.id()).copied().unwrap_or(0) } else { 0 };
+                let iw = if fused { work.get(&i.id()).copied().unwrap_or(0) } else { 1 };
                 let redone = t.numel().saturating_sub(i.numel()).saturating_mul(iw);
                 if n.op == Op::Expand && iw >= SHARED_COST && redone >= EXPANDED_WORK {
                     mat.insert(i.id());
