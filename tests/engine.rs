@@ -662,6 +662,12 @@ fn a_random_expression_broadcast_over_millions_is_drawn_once() {
     }
 }
 
+/// The shape of every kernel's output in the schedule that realises `targets`.
+fn kernel_outputs(targets: &[Tensor]) -> Vec<Vec<usize>> {
+    let s = tessera::graph::schedule::schedule(targets, 8);
+    s.kernels.iter().map(|k| k.root.dims().to_vec()).collect()
+}
+
 /// A costly expression read by two kernels through a broadcast gets its own buffer
 /// before the broadcast, not after: a few-channel convolution's windows, repeated over
 /// its output channels, are stored once per window element, and the forward product and
@@ -679,8 +685,7 @@ fn a_shared_expression_under_a_broadcast_is_stored_unrepeated() {
         (y, gw)
     };
     let (y, gw) = build(&gpu);
-    let s = tessera::graph::schedule::schedule(&[y.clone(), gw.clone()], 8);
-    let roots: Vec<Vec<usize>> = s.kernels.iter().map(|k| k.root.dims().to_vec()).collect();
+    let roots = kernel_outputs(&[y.clone(), gw.clone()]);
     // The windows: one value per (image, window element, position), nothing per channel.
     let windows = n * 9 * side * side;
     assert!(roots.iter().any(|d| d.iter().product::<usize>() == windows), "kernel outputs {roots:?}");
@@ -712,8 +717,7 @@ fn a_costly_gradient_under_a_large_broadcast_is_stored_once() {
         (grads.get(&w).unwrap().clone(), grads.get(&b).unwrap().clone())
     };
     let (gw, gb) = build(&gpu);
-    let s = tessera::graph::schedule::schedule(&[gw.clone(), gb.clone()], 8);
-    let roots: Vec<Vec<usize>> = s.kernels.iter().map(|k| k.root.dims().to_vec()).collect();
+    let roots = kernel_outputs(&[gw.clone(), gb.clone()]);
     // Two kernels write one value per (image, channel, pixel): the convolution and the
     // gradient at its output.
     let per_pixel = roots.iter().filter(|d| d.iter().product::<usize>() == n * oc * side * side).count();
