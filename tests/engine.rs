@@ -729,3 +729,98 @@ fn a_costly_gradient_under_a_large_broadcast_is_stored_once() {
     assert_close("conv2d dw", &got[0], &want[0], tol.scaled(40));
     assert_close("conv2d db", &got[1], &want[1], tol.scaled(40));
 }
+
+/// The tuner's "tiled-vec4 8x8" configuration computes products of at least 128 rows and
+/// columns in 128x128 tiles (`matmul_vec4_128.wgsl`): every layout, batched with
+/// broadcasting, f16, K not a multiple of the tile depth, edges on both axes, and an
+/// epilogue, against the reference. The profiler's labels show the kernel ran. The
+/// other K steps (8, and 8 in doubled tiles: chosen by environment variables) run in a
+/// child process of this test.
+#[test]
+fn large_products_in_128_tiles_match_the_reference() {
+    let vars = ["TESSERA_MATMUL_BK", "TESSERA_MATMUL_DOUBLE"];
+    if vars.iter().all(|v| std::env::var_os(v).is_none()) {
+        for (var, value) in vars.into_iter().zip(["8", "1"]) {
+            let name = "large_products_in_128_tiles_match_the_reference";
+            let exe = std::env::current_exe().unwrap();
+            let out = std::process::Command::new(exe).args(["--exact", name]).env(var, value).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "with {var}={value}:\n{text}");
+        }
+    }
+    use tessera::device::autotune::MatmulConfig;
+    let matmul = Some(MatmulConfig { direct: false, tm: 8, tn: 8, vec4: true });
+    let gpu = private_device(DeviceOptions { matmul, ..Default::default() }).expect("a GPU device");
+    let build = |d: &Device| {
+        let a = rand_t(&[130, 36], 1, -1.0, 1.0, d);
+        let b = rand_t(&[36, 132], 2, -1.0, 1.0, d);
+        let at = rand_t(&[20, 132], 3, -1.0, 1.0, d);
+        let bt = rand_t(&[2, 136, 20], 4, -1.0, 1.0, d);
+        let x = rand_t(&[2, 200, 20], 5, -1.0, 1.0, d);
+        let bias = rand_t(&[136], 6, -1.0, 1.0, d);
+        let h = rand_t(&[128, 64], 7, -1.0, 1.0, d).cast(DType::F16);
+        let g = rand_t(&[64, 140], 8, -1.0, 1.0, d).cast(DType::F16);
+        vec![
+            a.matmul(&b),
+            at.t().matmul(&rand_t(&[20, 256], 9, -1.0, 1.0, d)),
+            (x.matmul(&bt.transpose(-1, -2)) + &bias).gelu(),
+            at.t().matmul(&bt.transpose(-1, -2)),
+            h.matmul(&g).cast(DType::F32),
+        ]
+    };
+    let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+    tessera::profile::start();
+    let got = tessera::read_all_blocking(&build(&gpu));
+    let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+    let got = got.unwrap();
+    let tiled = labels.iter().filter(|l| l.contains("matmul_vec4x128")).count();
+    assert!(
+        tiled >= 5,
+        "expected five products in 128x128 tiles (the adapter must have timestamp queries for the profiler); kernels: {labels:?}"
+    );
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let tol = if k == 4 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol { atol: 1e-4, rtol: 1e-4 } };
+        assert_close(&format!("output {k}"), g, w, tol);
+    }
+}
+
+/// One row of X against W stored [N, K] on a GPU configuration (not a CPU adapter's
+/// direct kernels) takes the row GEMV (`gemv_rows.wgsl`) for f32, Q8_0 and Q4_0 weights:
+/// 1, 2 and 4 rows of W per lane group (by N), partial workgroups, a batch, K of 2, 3
+/// and 4 blocks per lane group's stride, and an epilogue, against the reference.
+#[test]
+fn one_row_products_on_gpus_take_the_row_gemv() {
+    use tessera::device::autotune::MatmulConfig;
+    let matmul = Some(MatmulConfig { direct: false, tm: 4, tn: 4, vec4: true });
+    let gpu = private_device(DeviceOptions { matmul, ..Default::default() }).expect("a GPU device");
+    for dt in [DType::F32, DType::Q8_0, DType::Q4_0] {
+        let weight = |n: usize, k: usize, seed: u64, d: &Device| {
+            let values = common::data(n * k, seed, -1.0, 1.0);
+            match dt {
+                DType::F32 => Tensor::from_slice(&values, [n, k], d),
+                q => Tensor::from_quantized(q, [n, k], &tessera::quant::quantize(q, &values), d),
+            }
+        };
+        let build = |d: &Device| {
+            let (w8, w600, w2100) = (weight(8, 64, 1, d), weight(600, 96, 2, d), weight(2100, 128, 3, d));
+            let x = rand_t(&[1, 128], 4, -1.0, 1.0, d);
+            let bias = rand_t(&[2100], 5, -1.0, 1.0, d);
+            vec![
+                x.narrow(1, 0, 64).matmul(&w8.t()),
+                x.narrow(1, 0, 96).matmul(&w600.t()),
+                (x.matmul(&w2100.t()) + &bias).gelu(),
+                rand_t(&[3, 1, 128], 6, -1.0, 1.0, d).matmul(&w2100.t()),
+            ]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        tessera::profile::start();
+        let got = tessera::read_all_blocking(&build(&gpu));
+        let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+        let got = got.unwrap();
+        let rows = labels.iter().filter(|l| l.contains("gemv_rows")).count();
+        assert!(rows >= 4, "{dt}: expected four row GEMVs (the profiler needs timestamp queries); kernels: {labels:?}");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("{dt} output {k}"), g, w, Tol { atol: 2e-4, rtol: 1e-4 });
+        }
+    }
+}

@@ -280,6 +280,25 @@ pub fn prefer_direct(device_type: &str) -> bool {
     }
 }
 
+/// Whether the "tiled-vec4 8x8" configuration takes 128x128 tiles
+/// (`TESSERA_MATMUL_128=0` keeps the 64x64 kernel; never in the npm package).
+fn big_tiles() -> bool {
+    cfg!(not(target_arch = "wasm32")) && std::env::var("TESSERA_MATMUL_128").as_deref() != Ok("0")
+}
+
+/// K per step of the 128x128 tiles, and whether the tiles are doubled (one barrier per
+/// step): 16 and single by default (on an H200, 4096^3 f32: 32.4 TFLOP/s against 31.6
+/// with 8); `TESSERA_MATMUL_BK=8` for steps of 8, `TESSERA_MATMUL_DOUBLE=1` for steps of
+/// 8 in doubled tiles (16 KiB, WebGPU's minimum; not yet measured on a GPU).
+fn big_tile_steps() -> (u32, bool) {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    match (var("TESSERA_MATMUL_DOUBLE").as_str(), var("TESSERA_MATMUL_BK").as_str()) {
+        ("1", _) => (8, true),
+        (_, "8") => (8, false),
+        _ => (16, false),
+    }
+}
+
 /// Render the matmul producing `root` from operands `a` and `b`: the tensors owning their
 /// buffers, each with whether it is stored transposed (`[.., n, k]` for `b`).
 /// With `epi`, C goes through the epilogue and the kernel materialises its root.
@@ -385,6 +404,9 @@ pub fn render(
         && k % 8 == 0
         && (trans_b || n % 8 == 0)
         && std::env::var("TESSERA_MATMUL_WIDE").as_deref() != Ok("0");
+    // The 128x128 tiles of `matmul_vec4_128.wgsl` where the tuner chose them (large
+    // products on discrete GPUs).
+    let big = !caps.direct_matmul && vec4 && caps.matmul_tile == (8, 8) && m >= 128 && n >= 128 && big_tiles();
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         let binding = 2 + i as u32;
         let var = format!("in_{name}");
@@ -409,7 +431,14 @@ pub fn render(
             src.push_str(&load_fn(&format!("ld_{name}"), &var, t.dtype(), caps, qoff[i].as_deref()));
         }
     }
-    let (tm, tn, bm, bn) = if wide {
+    let (tm, tn, bm, bn) = if big {
+        let (bk, double) = big_tile_steps();
+        src.push_str(&format!(
+            "const BK: u32 = {bk}u;\nconst DOUBLE: bool = {double};\nconst STAGES: u32 = {}u;\n",
+            if double { 2 } else { 1 }
+        ));
+        (8, 8, 128, 128)
+    } else if wide {
         wide_tiles(m, n, &mut src)
     } else if subgroup {
         subgroup_tiles(m, n, caps, &mut src)
@@ -435,6 +464,7 @@ pub fn render(
         (true, true) if subgroup => sources::MATMUL_DIRECT_SUBGROUP,
         (true, true) => sources::MATMUL_DIRECT_VEC4,
         (true, false) => sources::MATMUL_DIRECT,
+        (false, true) if big => sources::MATMUL_VEC4_128,
         (false, true) => sources::MATMUL_VEC4,
         (false, false) => sources::MATMUL,
     });
@@ -445,6 +475,7 @@ pub fn render(
         (true, true) if subgroup => "direct4sg_",
         (true, true) => "direct4_",
         (true, false) => "direct_",
+        (false, true) if big => "vec4x128_",
         (false, true) => "vec4_",
         (false, false) => "",
     };
@@ -715,6 +746,19 @@ fn quant_ld4(dtype: DType, qoff: &str) -> String {
 /// WGSL `dot_block(blk, xv)` for the GEMV kernel: block `blk` (32 values) of a weight in
 /// `dtype` (f32 or a block format), bound as `in_b: array<vec4<u32>>`, dotted with the
 /// 32 values `xv`.
+/// What the GEMV kernels' block dot products share per weight format: a block's f16
+/// scale, and a word's four signed bytes.
+const GEMV_SCALE: &str = "fn scale(blk: u32) -> f32 {
+    return unpack2x16float(in_b[blk >> 3u][(blk >> 1u) & 3u])[blk & 1u];
+}
+";
+const GEMV_BYTES_I8: &str = "fn bytes_i8(w: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u));
+}
+";
+
+/// `dot_block(blk, xv)` of `gemv.wgsl` for W's format (after [`GEMV_SCALE`] and
+/// [`GEMV_BYTES_I8`] for block formats).
 fn gemv_dot_block(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => {
@@ -728,13 +772,7 @@ fn gemv_dot_block(dtype: DType) -> &'static str {
 "
         }
         DType::Q8_0 => {
-            "fn scale(blk: u32) -> f32 {
-    return unpack2x16float(in_b[blk >> 3u][(blk >> 1u) & 3u])[blk & 1u];
-}
-fn bytes_i8(w: u32) -> vec4<f32> {
-    return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u));
-}
-fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
+            "fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
     let q0 = in_b[qoff4() + 2u * blk];
     let q1 = in_b[qoff4() + 2u * blk + 1u];
     let s = dot(bytes_i8(q0.x), xv[0]) + dot(bytes_i8(q0.y), xv[1]) + dot(bytes_i8(q0.z), xv[2]) + dot(bytes_i8(q0.w), xv[3])
@@ -744,10 +782,7 @@ fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
 "
         }
         DType::Q4_0 => {
-            "fn scale(blk: u32) -> f32 {
-    return unpack2x16float(in_b[blk >> 3u][(blk >> 1u) & 3u])[blk & 1u];
-}
-fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
+            "fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
     let q = in_b[qoff4() + blk];
     var s = 0.0;
     for (var t = 0u; t < 4u; t = t + 1u) {
@@ -761,6 +796,54 @@ fn dot_block(blk: u32, xv: array<vec4<f32>, 8>) -> f32 {
         }
         _ => "",
     }
+}
+
+/// `dot8(blk, x0 .. x7)` of `gemv_rows.wgsl`: [`gemv_dot_block`] with X as eight
+/// named vec4s.
+fn gemv_dot8(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => {
+            "fn dot8(blk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
+    let b = blk * 8u;
+    return dot(bitcast<vec4<f32>>(in_b[b]), x0) + dot(bitcast<vec4<f32>>(in_b[b + 1u]), x1)
+        + dot(bitcast<vec4<f32>>(in_b[b + 2u]), x2) + dot(bitcast<vec4<f32>>(in_b[b + 3u]), x3)
+        + dot(bitcast<vec4<f32>>(in_b[b + 4u]), x4) + dot(bitcast<vec4<f32>>(in_b[b + 5u]), x5)
+        + dot(bitcast<vec4<f32>>(in_b[b + 6u]), x6) + dot(bitcast<vec4<f32>>(in_b[b + 7u]), x7);
+}
+"
+        }
+        DType::Q8_0 => {
+            "fn dot8(blk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
+    let q0 = in_b[qoff4() + 2u * blk];
+    let q1 = in_b[qoff4() + 2u * blk + 1u];
+    return scale(blk) * (dot(bytes_i8(q0.x), x0) + dot(bytes_i8(q0.y), x1) + dot(bytes_i8(q0.z), x2) + dot(bytes_i8(q0.w), x3)
+        + dot(bytes_i8(q1.x), x4) + dot(bytes_i8(q1.y), x5) + dot(bytes_i8(q1.z), x6) + dot(bytes_i8(q1.w), x7));
+}
+"
+        }
+        DType::Q4_0 => {
+            "// Word w of a block: elements 4w .. 4w+3 in its bytes' low nibbles, 16+4w .. in the high.
+fn nibbles(w: u32, lo: vec4<f32>, hi: vec4<f32>) -> f32 {
+    let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+    return dot(vec4<f32>(b & vec4<u32>(15u)) - 8.0, lo) + dot(vec4<f32>(b >> vec4<u32>(4u)) - 8.0, hi);
+}
+fn dot8(blk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
+    let q = in_b[qoff4() + blk];
+    return scale(blk) * (nibbles(q.x, x0, x4) + nibbles(q.y, x1, x5) + nibbles(q.z, x2, x6) + nibbles(q.w, x3, x7));
+}
+"
+        }
+        _ => "",
+    }
+}
+
+/// Whether one row of X on a GPU takes `gemv_rows.wgsl` (`TESSERA_GEMV_ROWS=0`: the
+/// `gemv.wgsl` kernel; never in the npm package).
+fn gemv_rows(m: usize, caps: &ShaderCaps) -> bool {
+    cfg!(not(target_arch = "wasm32"))
+        && m == 1
+        && !caps.direct_matmul
+        && std::env::var("TESSERA_GEMV_ROWS").as_deref() != Ok("0")
 }
 
 /// The GEMV kernel (`shaders/gemv.wgsl`) for `render`'s eligible products.
@@ -783,11 +866,30 @@ fn render_gemv(
     if let Some(q) = qoff_b {
         src.push_str(&format!("fn qoff4() -> u32 {{ return {q} >> 2u; }}\n"));
     }
-    src.push_str(gemv_dot_block(b.dtype()));
+    if b.dtype().is_quantized() {
+        src.push_str(GEMV_SCALE);
+    }
+    if b.dtype() == DType::Q8_0 {
+        src.push_str(GEMV_BYTES_I8);
+    }
     src.push_str(sources::MATMUL_BATCH);
-    src.push_str(sources::GEMV);
     let r = root.rank();
     let batch: usize = root.dims()[..r - 2].iter().product();
+    if gemv_rows(m, caps) {
+        // Rows of W per group of lanes: more in flight for long outputs.
+        let rows = match n {
+            0..=511 => 1,
+            512..=2047 => 2,
+            _ => 4,
+        };
+        src.push_str(&format!("const R: u32 = {rows}u;\n"));
+        src.push_str(gemv_dot8(b.dtype()));
+        src.push_str(sources::GEMV_ROWS);
+        let label = format!("gemv_rows_{}_{}", b.dtype(), 8 * rows);
+        return product_spec(root, label, src, meta, (a, b), [n.div_ceil(8 * rows), 1, batch], caps);
+    }
+    src.push_str(gemv_dot_block(b.dtype()));
+    src.push_str(sources::GEMV);
     let label = format!("gemv_{}_{}x{}", b.dtype(), tm, cols * cpl);
     // Row and column indices clamped, blocks within each clamped row, stores guarded.
     product_spec(root, label, src, meta, (a, b), [n.div_ceil(cols * cpl), m.div_ceil(tm), batch], caps)

@@ -47,6 +47,11 @@ pub mod sources {
     #[cfg(target_arch = "wasm32")]
     pub const MATMUL_DIRECT_WIDE: &str = "";
     pub const MATMUL_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_vec4.wgsl"));
+    /// The autotuner's 128x128 tiles for discrete GPUs; not in the npm package.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const MATMUL_VEC4_128: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_vec4_128.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const MATMUL_VEC4_128: &str = "";
     pub const ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl"));
     pub const NORM: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));
     pub const NORM_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows.wgsl"));
@@ -55,6 +60,11 @@ pub mod sources {
     pub const SOFTMAX_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows_vec4.wgsl"));
     pub const SOFTMAX: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl"));
     pub const GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv.wgsl"));
+    /// One row of X on GPUs; not in the npm package.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const GEMV_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv_rows.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const GEMV_ROWS: &str = "";
     pub const MATMUL_BATCH: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_batch.wgsl"));
     pub const QUANTIZE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/quantize.wgsl"));
     pub const TEXTURE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/texture.wgsl"));

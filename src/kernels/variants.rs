@@ -8,7 +8,7 @@ use crate::{DType, Device, Result, Tensor};
 
 /// The two storage conventions for f16, both matmul families, and (with a zero binding
 /// limit) the windowed forms of element-wise kernels and reductions.
-pub fn all_caps() -> [ShaderCaps; 10] {
+pub fn all_caps() -> [ShaderCaps; 12] {
     let caps = |native_f16, direct_matmul, matmul_tile, max_binding| ShaderCaps {
         native_f16,
         max_workgroups: 65535,
@@ -30,6 +30,8 @@ pub fn all_caps() -> [ShaderCaps; 10] {
         caps(false, true, (8, 4), 0),
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (4, 4), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (4, 4), 1 << 30) },
+        ShaderCaps { tiled_vec4: true, ..caps(true, false, (8, 8), 1 << 30) },
+        ShaderCaps { tiled_vec4: true, ..caps(false, false, (8, 8), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ieee_compares: true, ..caps(true, true, (8, 4), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(false, true, (8, 2), 1 << 30) },
     ]
@@ -195,6 +197,9 @@ pub fn covering_graphs() -> Vec<Tensor> {
         tall.matmul(&b),
         tall.t().matmul(&Tensor::rand([70, 40], 8, &d)),
     ]);
+    // 128x128 tiles (the tiled vec4 8x8 configuration), in every layout, f32 and f16.
+    let (big, bigt) = (Tensor::rand([128, 8], 23, &d), Tensor::rand([8, 128], 24, &d));
+    out.extend([big.matmul(&bigt), bigt.t().matmul(&big.t()), big.cast(DType::F16).matmul(&bigt.cast(DType::F16))]);
     // 4-aligned f32 operands (the vec4 direct kernel), in every layout.
     let (p, q) = (Tensor::rand([8, 12], 10, &d), Tensor::rand([16, 12], 11, &d));
     out.extend([p.matmul(&q.t()), p.t().matmul(&p), p.matmul(&q.t()).t().matmul(&q), q.t().matmul(&p.t())]);
