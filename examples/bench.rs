@@ -287,6 +287,92 @@ fn sync(d: &Device, t: &Tensor) {
     d.synchronize().expect("synchronize");
 }
 
+/// Median GPU time in ms of the kernels one call of `f` runs (their timestamps summed),
+/// over `reps` calls; `None` where the adapter has no timestamp queries.
+fn kernel_ms(d: &Device, reps: usize, f: impl Fn() -> Tensor) -> Option<f64> {
+    let was_on = tessera::profile::enabled();
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        tessera::profile::start();
+        sync(d, &f());
+        let events = tessera::profile::stop();
+        if events.is_empty() {
+            break;
+        }
+        v.push(events.iter().map(|e| e.duration_us).sum::<f64>() / 1e3);
+    }
+    if was_on {
+        tessera::profile::start();
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}
+
+/// `peak` (only when named): the figures a real GPU is held to (issue 21, item 7):
+/// f32 matmul 4096^3 and 8192^3 against the FMA peak, and Q4_0 GEMV against memory
+/// bandwidth, at 1x4096x4096 (9.4 MB of weights, which a large L2 cache holds) and
+/// 1x16384x16384 (151 MB, more than any L2). Each row gives the wall time of a
+/// realisation with its wait, and `kernel_ms`, the kernels' GPU time from timestamps.
+fn peak_cases(d: &Device, args: &Args, rows: &mut Rows) -> tessera::Result<()> {
+    for n in [4096usize, 8192] {
+        let a = Tensor::rand([n, n], 3, d) - 0.5;
+        let b = Tensor::rand([n, n], 4, d) - 0.5;
+        sync(d, &a);
+        sync(d, &b);
+        let (ms, cold) = time(args.seconds(), || sync(d, &a.matmul(&b)));
+        let kms = kernel_ms(d, 5, || a.matmul(&b));
+        let gflop = 2.0 * (n * n * n) as f64 / 1e9;
+        // Spot check against the reference: one row of C.
+        let (ar, bv) = (a.slice(0, 7, 8, 1).to_vec_blocking::<f32>()?, b.to_vec_blocking::<f32>()?);
+        let want: Vec<f32> =
+            (0..n).map(|j| (0..n).map(|k| ar[k] as f64 * bv[k * n + j] as f64).sum::<f64>() as f32).collect();
+        let full = a.matmul(&b).slice(0, 7, 8, 1).to_vec_blocking::<f32>()?;
+        rows.push(Row {
+            device: String::new(),
+            case: "peak-matmul",
+            dtype: "f32".into(),
+            shape: format!("{n}x{n}x{n}"),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: gflop / (ms / 1e3),
+            unit: "GFLOP/s",
+            extra: Some(serde_json::json!({
+                "kernel_ms": kms,
+                "kernel_gflops": kms.map(|k| gflop / (k / 1e3)),
+                "row_err": rel_rms(&full, &want),
+            })),
+        });
+    }
+    for n in [4096usize, 16384] {
+        let x = Tensor::rand([1, n], 7, d) - 0.5;
+        let w32 = Tensor::rand([n, n], 8, d) - 0.5;
+        let w = quant::convert_blocking(&w32, DType::Q4_0)?;
+        let want = x.matmul(&w.cast(DType::F32).t()).to_vec_blocking::<f32>()?;
+        drop(w32);
+        sync(d, &x);
+        let (ms, cold) = time(args.seconds(), || sync(d, &x.matmul(&w.t())));
+        let kms = kernel_ms(d, 9, || x.matmul(&w.t()));
+        let bytes = quant::block_bytes(DType::Q4_0) as f64 / quant::BLOCK as f64 * (n * n) as f64;
+        let err = rel_rms(&x.matmul(&w.t()).to_vec_blocking::<f32>()?, &want);
+        rows.push(Row {
+            device: String::new(),
+            case: "peak-gemv",
+            dtype: "q4_0".into(),
+            shape: format!("1x{n}x{n}"),
+            median_ms: ms,
+            cold_ms: cold,
+            rate: bytes / 1e9 / (ms / 1e3),
+            unit: "GB/s",
+            extra: Some(serde_json::json!({
+                "kernel_ms": kms,
+                "kernel_gbps": kms.map(|k| bytes / 1e9 / (k / 1e3)),
+                "err_vs_dequantised": err,
+            })),
+        });
+    }
+    Ok(())
+}
+
 /// A training model of the bench and one step of it on random MNIST-shaped data.
 struct Trainer {
     model: Sequential,
@@ -748,6 +834,9 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                 extra: Some(serde_json::json!({ "gflops": 2.0 * (n * k) as f64 / 1e9 / (ms / 1e3), "quant_err": err })),
             });
         }
+    }
+    if args.filters.iter().any(|f| f == "peak") {
+        peak_cases(d, &args, rows)?;
     }
     if want("quantize") {
         // Quantisation on the device (one kernel) against the host quantiser.
