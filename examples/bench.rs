@@ -836,7 +836,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         }
     }
     if args.filters.iter().any(|f| f == "peak") {
-        peak_cases(d, &args, rows)?;
+        peak_cases(d, args, rows)?;
     }
     if want("quantize") {
         // Quantisation on the device (one kernel) against the host quantiser.
