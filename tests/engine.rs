@@ -730,6 +730,20 @@ fn a_costly_gradient_under_a_large_broadcast_is_stored_once() {
     assert_close("conv2d db", &got[1], &want[1], tol.scaled(40));
 }
 
+/// Read `targets`, asserting that at least `least` of the kernels run have `label` in
+/// their name (from the profiler, which needs timestamp queries).
+fn read_counting_kernels(targets: &[Tensor], label: &str, least: usize) -> Vec<Vec<f64>> {
+    tessera::profile::start();
+    let got = tessera::read_all_blocking(targets);
+    let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+    let ran = labels.iter().filter(|l| l.contains(label)).count();
+    assert!(
+        ran >= least,
+        "expected {least} kernels named {label}, ran {ran} (the adapter needs timestamp queries); kernels: {labels:?}"
+    );
+    got.unwrap()
+}
+
 /// The tuner's "tiled-vec4 8x8" configuration computes products of at least 128 rows and
 /// columns in 128x128 tiles (`matmul_vec4_128.wgsl`): every layout, batched with
 /// broadcasting, f16, K not a multiple of the tile depth, edges on both axes, and an
@@ -769,15 +783,7 @@ fn large_products_in_128_tiles_match_the_reference() {
         ]
     };
     let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-    tessera::profile::start();
-    let got = tessera::read_all_blocking(&build(&gpu));
-    let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
-    let got = got.unwrap();
-    let tiled = labels.iter().filter(|l| l.contains("matmul_vec4x128")).count();
-    assert!(
-        tiled >= 5,
-        "expected five products in 128x128 tiles (the adapter must have timestamp queries for the profiler); kernels: {labels:?}"
-    );
+    let got = read_counting_kernels(&build(&gpu), "matmul_vec4x128", 5);
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         let tol = if k == 4 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol { atol: 1e-4, rtol: 1e-4 } };
         assert_close(&format!("output {k}"), g, w, tol);
@@ -813,12 +819,7 @@ fn one_row_products_on_gpus_take_the_row_gemv() {
             ]
         };
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-        tessera::profile::start();
-        let got = tessera::read_all_blocking(&build(&gpu));
-        let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
-        let got = got.unwrap();
-        let rows = labels.iter().filter(|l| l.contains("gemv_rows")).count();
-        assert!(rows >= 4, "{dt}: expected four row GEMVs (the profiler needs timestamp queries); kernels: {labels:?}");
+        let got = read_counting_kernels(&build(&gpu), "gemv_rows", 4);
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_close(&format!("{dt} output {k}"), g, w, Tol { atol: 2e-4, rtol: 1e-4 });
         }
