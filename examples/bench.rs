@@ -23,7 +23,9 @@
 //! 64, Adam): steps/s over blocks of 10 steps submitted back to back (the loss read
 //! after each block, as a training loop that logs every 10 steps), dispatches and
 //! submits per step, and `cold_ms`, the time from a fresh process's start to its first
-//! finished step (measured in a child process).
+//! finished step (measured in a child process). `peak` runs only when named: f32
+//! matmul 4096^3 and 8192^3 and Q4_0 GEMV 1x4096x4096 and 1x16384x16384, each with
+//! `kernel_ms`, the kernels' GPU time from timestamps (issue 21 item 7).
 
 use clap::Parser;
 use std::time::Instant;
