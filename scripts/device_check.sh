@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check run on a lent machine without a Rust toolchain (an H200 here): the bench
 # and test suites, prebuilt on the development machine.
-#   prepare (here):  cargo build --release --example bench
-#                    cargo test --release --no-run --test ops --test quant --test attention --test autograd --test train --test engine
-#                    then strip each binary and xz it into .dev/ (bench.xz, ops.xz, ...),
-#                    and put the Vulkan loader's .deb files (libvulkan1 ...) into .gl/
-#                    (both git-ignored via .git/info/exclude; see ../shared/DESIGN.md)
+#   prepare (here):  bash scripts/device_prepare.sh (binaries into .dev/, loaders into .gl/)
 #   run (there):     bash scripts/device_check.sh   (logs and JSON lines to $OUT or .)
 # Issue 21 item 7 comes first: f32 matmul 4096^3 against the FP32 FMA peak (floor 50%)
 # and Q4_0 GEMV against memory bandwidth (floor 70%), an H200's peaks by default
