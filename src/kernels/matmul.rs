@@ -743,9 +743,6 @@ fn quant_ld4(dtype: DType, qoff: &str) -> String {
     format!("fn ld4_b(i: u32) -> vec4<f32> {{\n{scale}{body}}}\n")
 }
 
-/// WGSL `dot_block(blk, xv)` for the GEMV kernel: block `blk` (32 values) of a weight in
-/// `dtype` (f32 or a block format), bound as `in_b: array<vec4<u32>>`, dotted with the
-/// 32 values `xv`.
 /// What the GEMV kernels' block dot products share per weight format: a block's f16
 /// scale, and a word's four signed bytes.
 const GEMV_SCALE: &str = "fn scale(blk: u32) -> f32 {
@@ -757,8 +754,9 @@ const GEMV_BYTES_I8: &str = "fn bytes_i8(w: u32) -> vec4<f32> {
 }
 ";
 
-/// `dot_block(blk, xv)` of `gemv.wgsl` for W's format (after [`GEMV_SCALE`] and
-/// [`GEMV_BYTES_I8`] for block formats).
+/// WGSL `dot_block(blk, xv)` for `gemv.wgsl`: block `blk` (32 values) of a weight in
+/// `dtype` (f32 or a block format), bound as `in_b: array<vec4<u32>>`, dotted with the
+/// 32 values `xv` (after [`GEMV_SCALE`] and [`GEMV_BYTES_I8`] for block formats).
 fn gemv_dot_block(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => {
