@@ -431,6 +431,7 @@ pub fn render(
             src.push_str(&load_fn(&format!("ld_{name}"), &var, t.dtype(), caps, qoff[i].as_deref()));
         }
     }
+    let batch: usize = root.dims()[..r - 2].iter().product();
     let (tm, tn, bm, bn) = if big {
         let (bk, double) = big_tile_steps();
         src.push_str(&format!(
@@ -439,9 +440,9 @@ pub fn render(
         ));
         (8, 8, 128, 128)
     } else if wide {
-        wide_tiles(m, n, &mut src)
+        wide_tiles(m, n, batch, &mut src)
     } else if subgroup {
-        subgroup_tiles(m, n, caps, &mut src)
+        subgroup_tiles(m, n, batch, caps, &mut src)
     } else {
         tiles(m, n, vec4, caps.direct_matmul, caps, &mut src)
     };
@@ -468,7 +469,6 @@ pub fn render(
         (false, true) => sources::MATMUL_VEC4,
         (false, false) => sources::MATMUL,
     });
-    let batch: usize = root.dims()[..r - 2].iter().product();
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
     let kind = match (caps.direct_matmul, vec4) {
         (true, true) if wide => "direct8sg_",
@@ -619,7 +619,13 @@ fn tiles(
             _ => 4,
         }
         .min(tile_n);
-        let lanes = if vec4 { 16 * tn } else { 64 };
+        // (32 lanes for outputs of 32 columns or fewer: attention's P @ V per head, where
+        // 64 left half of them idle.)
+        let lanes = match (vec4, n) {
+            (true, _) => 16 * tn,
+            (false, 0..=32) => 32,
+            (false, _) => 64,
+        };
         src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
         if vec4 {
             (tm, 4, tm, lanes * 4)
@@ -646,7 +652,13 @@ fn tiles(
 /// tiny products, else a multiple of 8 up to 64, or `TESSERA_MATMUL_ROWS`: every 8 rows share one load per
 /// k-step, so taller tiles load less), lowered while the product would have fewer than
 /// 4 workgroups to spread over the adapter's threads.
-fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (usize, usize, usize, usize) {
+fn subgroup_tiles(
+    m: usize,
+    n: usize,
+    batch: usize,
+    caps: &ShaderCaps,
+    src: &mut String,
+) -> (usize, usize, usize, usize) {
     // Columns per workgroup (64 lanes' worth at most): the widest block that leaves the
     // fewest columns idle in the last one (N = 384 takes 3 blocks of 128, not 2 of 256).
     let most = match n {
@@ -662,7 +674,7 @@ fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (u
     let cap =
         std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(64).clamp(8, 64);
     let mut tm = if m <= 8 { m.next_power_of_two().max(1) } else { m.next_multiple_of(8).min(cap / 8 * 8) };
-    while tm > 8 && m.div_ceil(tm) * col_groups < 4 {
+    while tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
         tm -= 8;
     }
     src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
@@ -675,14 +687,14 @@ fn subgroup_tiles(m: usize, n: usize, caps: &ShaderCaps, src: &mut String) -> (u
 /// 4 workgroups. (Lavapipe, 1024^3: 64 rows about 64 GFLOP/s, 32 rows about 55; but
 /// LLVM compiles the 64-row kernel much slower: MiniLM's first batch of 32 took 37 s
 /// cold with 64 rows, 14 s with 32, 12 s with the quad kernel.)
-fn wide_tiles(m: usize, n: usize, src: &mut String) -> (usize, usize, usize, usize) {
+fn wide_tiles(m: usize, n: usize, batch: usize, src: &mut String) -> (usize, usize, usize, usize) {
     let idle = |lanes: usize| n.div_ceil(8 * lanes) * 8 * lanes - n;
     let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
     let col_groups = n.div_ceil(lanes * 8).max(1);
     let cap =
         std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32).clamp(8, 64);
     let mut tm = m.next_multiple_of(8).min(cap / 8 * 8);
-    while tm > 8 && m.div_ceil(tm) * col_groups < 4 {
+    while tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
         tm -= 8;
     }
     src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
