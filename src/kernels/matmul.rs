@@ -866,13 +866,8 @@ fn render_gemv(
     qoff_b: Option<&str>,
     caps: &ShaderCaps,
 ) -> Result<KernelSpec> {
-    let tm = m.next_power_of_two().clamp(1, 8);
-    let (cols, split, cpl) = if caps.direct_matmul { (64, 1, 4) } else { (8, 32, 1) };
     src.push_str("@group(0) @binding(2) var<storage, read> in_a: array<vec4<f32>>;\n");
     src.push_str("@group(0) @binding(3) var<storage, read> in_b: array<vec4<u32>>;\n");
-    src.push_str(&format!(
-        "const TM: u32 = {tm}u;\nconst COLS: u32 = {cols}u;\nconst SPLIT: u32 = {split}u;\nconst CPL: u32 = {cpl}u;\n"
-    ));
     if let Some(q) = qoff_b {
         src.push_str(&format!("fn qoff4() -> u32 {{ return {q} >> 2u; }}\n"));
     }
@@ -898,6 +893,11 @@ fn render_gemv(
         let label = format!("gemv_rows_{}_{}", b.dtype(), 8 * rows);
         return product_spec(root, label, src, meta, (a, b), [n.div_ceil(8 * rows), 1, batch], caps);
     }
+    let tm = m.next_power_of_two().clamp(1, 8);
+    let (cols, split, cpl) = if caps.direct_matmul { (64, 1, 4) } else { (8, 32, 1) };
+    src.push_str(&format!(
+        "const TM: u32 = {tm}u;\nconst COLS: u32 = {cols}u;\nconst SPLIT: u32 = {split}u;\nconst CPL: u32 = {cpl}u;\n"
+    ));
     src.push_str(gemv_dot_block(b.dtype()));
     src.push_str(sources::GEMV);
     let label = format!("gemv_{}_{}x{}", b.dtype(), tm, cols * cpl);
