@@ -194,4 +194,5 @@ fn main(
         store_row(56u, acc56); store_row(57u, acc57); store_row(58u, acc58); store_row(59u, acc59);
         store_row(60u, acc60); store_row(61u, acc61); store_row(62u, acc62); store_row(63u, acc63);
     }
+    flush_rows();
 }

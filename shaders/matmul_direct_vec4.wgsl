@@ -118,4 +118,5 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (TM > 5u) { store_row(5u, acc5); }
     if (TM > 6u) { store_row(6u, acc6); }
     if (TM > 7u) { store_row(7u, acc7); }
+    flush_rows();
 }

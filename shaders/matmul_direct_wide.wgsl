@@ -92,10 +92,10 @@ fn store_group(q: u32, g: Rows8) {
     let i = 8u * q;
     store_row(i, g.a0); store_row(i + 1u, g.a1); store_row(i + 2u, g.a2); store_row(i + 3u, g.a3);
     store_row(i + 4u, g.a4); store_row(i + 5u, g.a5); store_row(i + 6u, g.a6); store_row(i + 7u, g.a7);
-    c0 = c0 + 4u;
+    half = 1u;
     store_row(i, g.d0); store_row(i + 1u, g.d1); store_row(i + 2u, g.d2); store_row(i + 3u, g.d3);
     store_row(i + 4u, g.d4); store_row(i + 5u, g.d5); store_row(i + 6u, g.d6); store_row(i + 7u, g.d7);
-    c0 = c0 - 4u;
+    half = 0u;
 }
 
 @compute @workgroup_size(LANES, 1, 1)
@@ -181,4 +181,5 @@ fn main(
     if (TM > 40u) { store_group(5u, g5); }
     if (TM > 48u) { store_group(6u, g6); }
     if (TM > 56u) { store_group(7u, g7); }
+    flush_rows();
 }

@@ -783,6 +783,29 @@ fn matmul_shapes() {
             shared.sum(&[1], false),
         ]
     });
+    // Epilogues that find each element in their leaves (a mask broadcast over heads and
+    // rows, a per-batch bias) on tiles of 8 rows or more: the direct kernels park the
+    // rows and store them in one loop that stops at the last row in range.
+    check_with("matmul epilogues stored in a loop", Some(Tol { atol: 1e-4, rtol: 1e-4 }), |d| {
+        let masked = |(b, h, s, k): (usize, usize, usize, usize), seed: u64| {
+            let q = rand_t(&[b, h, s, k], seed, -1.0, 1.0, d);
+            let kt = rand_t(&[b, h, s, k], seed + 1, -1.0, 1.0, d);
+            let mask = rand_t(&[b, 1, 1, s], seed + 2, 0.0, 1.0, d);
+            q.matmul(&kt.transpose(-1, -2)) * 0.25 + (mask - 1.0) * 100.0
+        };
+        let per_batch_bias = rand_t(&[3, 1, 40], 54, -1.0, 1.0, d);
+        let column = rand_t(&[100, 1], 55, -1.0, 1.0, d);
+        vec![
+            // K % 8 == 0: the wide kernel (24 rows for 20, 32 for 45); K % 8 == 4: the
+            // subgroup kernel (or the vec4 one without subgroups).
+            masked((2, 3, 20, 16), 50),
+            masked((1, 2, 45, 8), 51),
+            masked((2, 2, 37, 12), 52),
+            rand_t(&[3, 29, 20], 53, -1.0, 1.0, d).matmul(&rand_t(&[20, 40], 56, -1.0, 1.0, d)) + &per_batch_bias,
+            // A thin output stored as C^T.
+            rand_t(&[100, 16], 57, -1.0, 1.0, d).matmul(&rand_t(&[16, 12], 58, -1.0, 1.0, d)) * &column,
+        ]
+    });
     check_with("matmul epilogue cast to f16", Some(Tol { atol: 1e-3, rtol: 2e-3 }), |d| {
         let x = rand_t(&[5, 64], 21, -1.0, 1.0, d);
         let w = rand_t(&[70, 64], 22, -1.0, 1.0, d);

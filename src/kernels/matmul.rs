@@ -28,6 +28,9 @@ struct Store {
     out: Tensor,
     uses_f16: bool,
     label: String,
+    /// The epilogue finds each element's place in its leaves on its own (integer
+    /// divisions and a load per element): large code per stored element.
+    per_element: bool,
 }
 
 /// [`Store`] for product `prod`: `meta` gains the epilogue's slots. With `quad` (rows of
@@ -58,6 +61,7 @@ fn store(
             out: prod.clone(),
             uses_f16: false,
             label: String::new(),
+            per_element: false,
         });
     };
     let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none_or(|b| keeps_quads(e.root, &b));
@@ -76,6 +80,7 @@ fn store(
     src.push_str(&g.support(base + g.leaves.len() as u32));
     src.push_str(&fns);
     *meta = g.meta.clone();
+    let per_element = !g.leaves.is_empty();
     Ok(Store {
         src,
         quad,
@@ -84,6 +89,7 @@ fn store(
         patches: g.patches,
         out: e.root.clone(),
         uses_f16: g.uses_f16 || dt == DType::F16,
+        per_element,
     })
 }
 
@@ -172,6 +178,7 @@ fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps:
         patches: g.patches,
         out: e.root.clone(),
         uses_f16: g.uses_f16,
+        per_element: false,
     }))
 }
 
@@ -457,7 +464,15 @@ pub fn render(
     }
     src.push_str(sources::MATMUL_BATCH);
     if caps.direct_matmul && vec4 {
-        src.push_str(&format!("const QUAD_STORE: bool = {};\n", st.quad));
+        // An epilogue that reads its leaves element by element is stored in a loop
+        // (`flush_rows`) once a lane holds 8 rows or more.
+        let halves = if wide { 2 } else { 1 };
+        let store_loop = st.per_element && tm * halves >= 8;
+        src.push_str(&format!(
+            "const QUAD_STORE: bool = {};\nconst STORE_LOOP: bool = {store_loop};\nconst HALVES: u32 = {halves}u;\nconst PARKED: u32 = {}u;\n",
+            st.quad,
+            if store_loop { tm * halves } else { 1 }
+        ));
         src.push_str(sources::MATMUL_DIRECT_ROWS);
     }
     src.push_str(match (caps.direct_matmul, vec4) {
