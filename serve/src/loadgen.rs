@@ -272,9 +272,9 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         };
         wait_ready(&client, &url).await?;
         // Warm the server (kernels compiled, plans cached) before measuring, with
-        // sentences the measured phases never send.
-        let warm: Arc<dyn Fn(usize, u64) -> String + Send + Sync> =
-            Arc::new(|c, k| format!("Warm-up {k} of client {c}."));
+        // sentences shaped like the measured ones (the same template, so the same token
+        // counts and kernels) that the measured phases never send (round 99).
+        let warm = unique(99);
         let _ = phase(&client, &url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
         // Batching on against max_batch_size=1, in alternating rounds.
         if a.url.is_none() {
