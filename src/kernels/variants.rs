@@ -136,7 +136,7 @@ pub fn covering_graphs() -> Vec<Tensor> {
             + 1.0)
             .relu(),
         // A row of 8 repeated: wide loads (`ShaderCaps::wide_loads`) read it 8 at a time.
-        (&Tensor::from_slice(&[0.5f32; 16], [2, 8], &d) + &fq.reshape([8])).relu(),
+        (&Tensor::from_slice(&[0.5f32; 16], [2, 8], &d) + &fq.reshape([8])).abs(),
     ]);
     for src in [&fq, &hq, &iq, &uq, &mq] {
         for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
