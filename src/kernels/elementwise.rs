@@ -91,10 +91,8 @@ fn suits_wide(ops: &[String]) -> bool {
     const TRANSCENDENTAL: [&str; 11] =
         ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh"];
     const SLOWER_WIDE: [&str; 5] = ["relu", "log", "erf", "geluerf", "gelutanh"];
-    let mut seen: Vec<&str> = ops.iter().map(String::as_str).filter(|o| TRANSCENDENTAL.contains(o)).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    seen.len() < 2 && !ops.iter().any(|o| SLOWER_WIDE.contains(&o.as_str()))
+    let has = |name: &str| ops.iter().any(|o| o == name);
+    TRANSCENDENTAL.iter().filter(|n| has(n)).count() < 2 && !SLOWER_WIDE.iter().any(|n| has(n))
 }
 
 /// How a vector kernel moves values: a quad (4 values) per storage access, in the
