@@ -35,6 +35,22 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let uses_f16 = inputs.iter().any(|i| i.dtype() == DType::F16) || out_dt == DType::F16;
     // An f32 output whose rows are 4-aligned is bound as quads, stored a vec4 at a time.
     let quad_out = d % 4 == 0 && out_dt == DType::F32;
+    // CPU adapters: one invocation per query, no workgroup memory or barriers. (Native
+    // only: measured on lavapipe, not on the browser's SwiftShader, and the wasm build
+    // has a size budget.)
+    let per_row = cfg!(not(target_arch = "wasm32"))
+        && caps.direct_matmul
+        && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
+    // With wide loads and subgroups of 8 lanes, f32 heads of 8 to 64 (a multiple of 8)
+    // take the register-tiled kernel (`attention_wide.wgsl`).
+    let wide = per_row
+        && caps.wide_loads
+        && caps.subgroup_min >= 8
+        && d % 8 == 0
+        && d <= 64
+        && out_dt == DType::F32
+        && inputs.iter().all(|t| t.dtype() == DType::F32)
+        && std::env::var("TESSERA_ATTENTION_WIDE").as_deref() != Ok("0");
     let mut src = match quad_out {
         true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
         false => header(meta.len(), out_dt, uses_f16, caps),
@@ -43,6 +59,14 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     // guarded scalar loads.
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
+        if wide && k < 3 {
+            src.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read> in{k}: array<vec4<u64>>;\n\
+                 fn ld8_{name}(i: u32) -> Oct {{\n    return oct(in{k}[i]);\n}}\n",
+                2 + k
+            ));
+            continue;
+        }
         if vec && k < 3 {
             src.push_str(&super::quad_input(k, t.dtype()));
             src.push_str(&format!(
@@ -73,13 +97,17 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         if causal { "_causal" } else { "" },
         if has_bias { "_mask" } else { "" }
     );
-    // CPU adapters: one invocation per query, no workgroup memory or barriers. (Native
-    // only: measured on lavapipe, not on the browser's SwiftShader, and the wasm build
-    // has a size budget.)
-    let per_row = cfg!(not(target_arch = "wasm32"))
-        && caps.direct_matmul
-        && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
-    let (label, qw) = if per_row {
+    let (label, qw) = if wide {
+        let tm = wide_rows(t, bh);
+        let bias_rows = has_bias && ins[3].dims()[r - 2] != 1;
+        src.push_str(&format!(
+            "const D: u32 = {d}u;\nconst TM: u32 = {tm}u;\nconst CAUSAL: bool = {causal};\n\
+             const HAS_BIAS: bool = {has_bias};\nconst BIAS_ROWS: bool = {bias_rows};\n"
+        ));
+        src.push_str(sources::WIDE);
+        src.push_str(sources::ATTENTION_WIDE);
+        (format!("{label}_wide{tm}"), tm)
+    } else if per_row {
         let shared = caps.subgroup_min >= 8;
         src.push_str(&format!(
             "const D: u32 = {d}u;\nconst CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n"
@@ -137,6 +165,18 @@ fn tiled_kernel(d: usize, causal: bool, has_bias: bool, src: &mut String) -> usi
     ));
     src.push_str(sources::ATTENTION);
     qw
+}
+
+/// Queries per workgroup of the wide kernel: a multiple of 8 up to 32
+/// (`TESSERA_ATTENTION_TM`), lowered while there would be fewer than 4 workgroups.
+fn wide_rows(t: usize, heads: usize) -> usize {
+    let cap =
+        std::env::var("TESSERA_ATTENTION_TM").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32).clamp(8, 32);
+    let mut tm = t.next_multiple_of(8).clamp(8, cap / 8 * 8);
+    while tm > 8 && t.div_ceil(tm) * heads < 4 {
+        tm -= 8;
+    }
+    tm
 }
 
 /// `store4(base, c, v)`: values `4c .. 4c + 3` (those below D) of the output row starting

@@ -475,6 +475,9 @@ pub fn render(
         ));
         src.push_str(sources::MATMUL_DIRECT_ROWS);
     }
+    if wide {
+        src.push_str(sources::WIDE);
+    }
     src.push_str(match (caps.direct_matmul, vec4) {
         (true, true) if wide => sources::MATMUL_DIRECT_WIDE,
         (true, true) if subgroup => sources::MATMUL_DIRECT_SUBGROUP,

@@ -46,6 +46,15 @@ pub mod sources {
     pub const MATMUL_DIRECT_WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_direct_wide.wgsl"));
     #[cfg(target_arch = "wasm32")]
     pub const MATMUL_DIRECT_WIDE: &str = "";
+    /// What the wide matmul and the wide attention share (native only, as they are).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/wide.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const WIDE: &str = "";
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const ATTENTION_WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention_wide.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const ATTENTION_WIDE: &str = "";
     pub const MATMUL_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_vec4.wgsl"));
     /// The autotuner's 128x128 tiles for discrete GPUs; not in the npm package.
     #[cfg(not(target_arch = "wasm32"))]

@@ -260,6 +260,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
     let keep = Tensor::rand([1, 1, 1, 7], 16, &d).gt_scalar(0.3);
     out.extend([
         Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), true),
+        // (CPU adapters with wide loads: a bias that varies over queries.)
+        Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&Tensor::rand([5, 7], 19, &d)), false),
         Tensor::scaled_dot_product_attention_fused(
             &q.cast(DType::F16),
             &kv.cast(DType::F16),

@@ -120,7 +120,7 @@ pub(crate) fn key_of(i: &crate::device::DeviceInfo) -> String {
 }
 
 /// Bumped when the candidates or probes change, so older results are measured again.
-const TUNE_VERSION: u32 = 5;
+const TUNE_VERSION: u32 = 6;
 
 fn read_cache(path: &Path) -> serde_json::Map<String, serde_json::Value> {
     std::fs::read(path)
