@@ -585,6 +585,8 @@ fn head_splits_read_by_quads() {
             x.reshape([b, s, 16, 2]).permute(&[0, 2, 1, 3]).relu(),
             x.reshape([b, s, h, hd]).permute(&[0, 3, 1, 2]).neg(),
             x.reshape([b * s, h * hd]).permute(&[1, 0]).reshape([h * hd, b, s]).permute(&[1, 2, 0]) * 3.0,
+            // Five axes, one of size 1, three reordered (quads unravelled axis by axis).
+            x.reshape([1, b, s, h, hd]).permute(&[0, 3, 2, 1, 4]) * 0.5,
         ]
     });
 }

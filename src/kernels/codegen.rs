@@ -142,7 +142,7 @@ pub(crate) struct Gen<'a> {
     /// multiple of 4 long) may be read by quads: quad `q` of the output reads quad `pq`
     /// of the permute's input (see [`Gen::permuted_quads`]). Set by the vec4 kernel.
     pub quad_permute: bool,
-    /// The WGSL expression of `pq` in terms of `q`, once a permute took that path.
+    /// The WGSL statements that define `pq` from `q`, once a permute took that path.
     pub permute_quad: Option<String>,
     /// Leaves read under that permute: loaded at `pq` (or `pq % len` when repeated).
     pub param_permuted: std::collections::HashSet<usize>,
@@ -226,6 +226,14 @@ impl<'a> Gen<'a> {
             let qq = self.let_("q", format!("{q} / {d}"));
             return (qq, self.let_("c", format!("{q} % {d}")));
         };
+        let qq = self.udiv(q, d, v);
+        let qq = self.let_("q", qq);
+        (qq.clone(), self.let_("c", format!("({q}) - {qq} * {d}")))
+    }
+
+    /// `udiv(q, magic, shifts)`: `q` divided by the meta slot `d` (holding `v`) by
+    /// multiplying, the magic number and shifts in slots shared by every division by `d`.
+    fn udiv(&mut self, q: &str, d: &str, v: u32) -> String {
         let (magic, shifts) = match self.udiv_slots.iter().find(|s| s.0 == d) {
             Some((_, magic, shifts)) => (magic.clone(), shifts.clone()),
             None => {
@@ -235,8 +243,7 @@ impl<'a> Gen<'a> {
                 (magic, shifts)
             }
         };
-        let qq = self.let_("q", format!("udiv({q}, {magic}, {shifts})"));
-        (qq.clone(), self.let_("c", format!("({q}) - {qq} * {d}")))
+        format!("udiv({q}, {magic}, {shifts})")
     }
 
     /// Start the next WGSL function: returns the body rendered so far, and forgets the
@@ -947,25 +954,47 @@ impl<'a> Gen<'a> {
             return None;
         }
         let input = &t.node().inputs[0];
-        let out_strides = crate::Shape(t.dims().to_vec()).strides();
         let in_strides = crate::Shape(input.dims().to_vec()).strides();
-        // pq = sum over axes d of ((4q / out_stride[d]) % dim[d]) * in_stride[perm[d]] / 4;
-        // the innermost axis contributes (4q % last) / 4.
-        let mut terms = Vec::new();
-        for d in 0..r - 1 {
-            if t.dims()[d] == 1 {
-                continue;
+        self.permute_quad = Some(if cfg!(target_arch = "wasm32") {
+            // pq = sum over axes d of ((4q / out_stride[d]) % dim[d]) * in_stride[perm[d]] / 4;
+            // the innermost axis contributes (4q % last) / 4.
+            let out_strides = crate::Shape(t.dims().to_vec()).strides();
+            let mut terms = Vec::new();
+            for d in 0..r - 1 {
+                if t.dims()[d] == 1 {
+                    continue;
+                }
+                let (os, dim, is) = (
+                    self.slot(out_strides[d] as u32),
+                    self.slot(t.dims()[d] as u32),
+                    self.slot((in_strides[perm[d]] / 4) as u32),
+                );
+                terms.push(format!("((4u * q / {os}) % {dim}) * {is}"));
             }
-            let (os, dim, is) = (
-                self.slot(out_strides[d] as u32),
-                self.slot(t.dims()[d] as u32),
-                self.slot((in_strides[perm[d]] / 4) as u32),
-            );
-            terms.push(format!("((4u * q / {os}) % {dim}) * {is}"));
-        }
-        let lq = self.slot((last / 4) as u32);
-        terms.push(format!("(q % {lq})"));
-        self.permute_quad = Some(terms.join(" + "));
+            let lq = self.slot((last / 4) as u32);
+            terms.push(format!("(q % {lq})"));
+            format!("    let pq = {};\n", terms.join(" + "))
+        } else {
+            // Native: q unravelled from the innermost axis out, one division by
+            // multiplying per axis (`udiv`; CPU adapters divide lane by lane), the
+            // outermost axis left undivided (q is in range).
+            let axes: Vec<usize> = (0..r - 1).filter(|&d| t.dims()[d] != 1).collect();
+            let lq = self.slot((last / 4) as u32);
+            let mut body = format!("    let pq_0 = {};\n", self.udiv("q", &lq, (last / 4) as u32));
+            let mut terms = vec![format!("(q - pq_0 * {lq})")];
+            for (n, &d) in axes.iter().rev().enumerate() {
+                let is = self.slot((in_strides[perm[d]] / 4) as u32);
+                if n + 1 == axes.len() {
+                    terms.push(format!("pq_{n} * {is}"));
+                    break;
+                }
+                let dim = self.slot(t.dims()[d] as u32);
+                let next = self.udiv(&format!("pq_{n}"), &dim, t.dims()[d] as u32);
+                body.push_str(&format!("    let pq_{} = {next};\n", n + 1));
+                terms.push(format!("(pq_{n} - pq_{} * {dim}) * {is}", n + 1));
+            }
+            format!("{body}    let pq = {};\n", terms.join(" + "))
+        });
         self.in_permute = true;
         let v = self.eval(input, &Ix::lin("i"), false);
         self.in_permute = false;

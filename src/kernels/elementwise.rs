@@ -259,7 +259,7 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
         })
         .collect();
     let value = lanes.pack(dt, &values);
-    let pq = g.permute_quad.as_ref().map(|e| format!("    let pq = {e};\n")).unwrap_or_default();
+    let pq = g.permute_quad.as_deref().unwrap_or_default();
     src.push_str(&format!(
         "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = {w}u * q;\n{pq}{loads}    out[q] = {value};\n}}\n"
     ));
