@@ -1,5 +1,6 @@
-// Fused scaled-dot-product attention for CPU adapters with wide loads and subgroups of 8
-// lanes (lavapipe): f32 q, k and v whose head dim D is a multiple of 8, at most 64. The two
+// Fused scaled-dot-product attention for CPU adapters with subgroups of 8 lanes
+// (lavapipe): f16 q, k and v, or f32 with wide loads, whose head dim D is a multiple of 8,
+// at most 64 (each load brings 8 values: `ld8_q` and co. are generated). The two
 // products of attention run as the wide matmul runs one (`wide.wgsl`), with the online
 // softmax between them, all in registers.
 // A workgroup is one subgroup of 8 lanes and owns TM queries (TM / 8 groups of 8 rows) of

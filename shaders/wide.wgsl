@@ -1,20 +1,14 @@
-// Eight 32-bit values per storage load (`ShaderCaps::wide_loads`, native CPU adapters):
-// what the wide matmul (`matmul_direct_wide.wgsl`) and the wide attention
-// (`attention_wide.wgsl`) share. Operands are bound as `array<vec4<u64>>`; `oct` unpacks
-// one load into two vec4s. A lane owns 8 consecutive columns of a product, and a group of
-// 8 rows keeps its accumulators in a struct of named vectors (a private array indexed by a
-// loop would live in memory on lavapipe).
+// Eight values per storage load (native CPU adapters): what the wide matmul
+// (`matmul_direct_wide.wgsl`) and the wide attention (`attention_wide.wgsl`) share. `Oct`
+// holds the 8 values of one load as two vec4s: `oct` (`oct.wgsl`) unpacks f32 operands
+// bound as `array<vec4<u64>>` (`ShaderCaps::wide_loads`); the attention's f16 operands are
+// `vec4<u32>` words of packed pairs. A lane owns 8 consecutive columns of a product, and a
+// group of 8 rows keeps its accumulators in a struct of named vectors (a private array
+// indexed by a loop would live in memory on lavapipe).
 
 struct Oct {
     lo: vec4<f32>,
     hi: vec4<f32>,
-}
-
-// The 8 floats of one wide load, in order (each u64 holds two, the first in its low half).
-fn oct(w: vec4<u64>) -> Oct {
-    let l = vec4<u32>(w & vec4<u64>(0xfffffffflu));
-    let h = vec4<u32>(w >> vec4<u32>(32u));
-    return Oct(bitcast<vec4<f32>>(vec4<u32>(l.x, h.x, l.y, h.y)), bitcast<vec4<f32>>(vec4<u32>(l.z, h.z, l.w, h.w)));
 }
 
 // One group of 8 rows: row i's columns c0 .. c0 + 3 in a{i}, c0 + 4 .. c0 + 7 in d{i}.

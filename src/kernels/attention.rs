@@ -41,15 +41,17 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let per_row = cfg!(not(target_arch = "wasm32"))
         && caps.direct_matmul
         && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
-    // With wide loads and subgroups of 8 lanes, f32 heads of 8 to 64 (a multiple of 8)
-    // take the register-tiled kernel (`attention_wide.wgsl`).
+    // With subgroups of 8 lanes, heads of 8 to 64 (a multiple of 8) take the register-
+    // tiled kernel (`attention_wide.wgsl`), which loads 8 values per access: f16 as a
+    // `vec4<u32>`, f32 as a `vec4<u64>` (wide loads).
+    let qkv = ins[0].dtype();
     let wide = per_row
-        && caps.wide_loads
         && caps.subgroup_min >= 8
         && d % 8 == 0
         && d <= 64
-        && out_dt == DType::F32
-        && inputs.iter().all(|t| t.dtype() == DType::F32)
+        && (qkv == DType::F16 || (qkv == DType::F32 && caps.wide_loads))
+        && inputs[..3].iter().all(|t| t.dtype() == qkv)
+        && inputs.get(3).is_none_or(|b| b.dtype() == DType::F32)
         && std::env::var("TESSERA_ATTENTION_WIDE").as_deref() != Ok("0");
     let mut src = match quad_out {
         true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
@@ -60,10 +62,18 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
         if wide && k < 3 {
+            let (elem, unpack) = match qkv {
+                DType::F16 => (
+                    "vec4<u32>",
+                    "let w = in{k}[i];\n    return Oct(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), \
+                     vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));",
+                ),
+                _ => ("vec4<u64>", "return oct(in{k}[i]);"),
+            };
             src.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<vec4<u64>>;\n\
-                 fn ld8_{name}(i: u32) -> Oct {{\n    return oct(in{k}[i]);\n}}\n",
-                2 + k
+                "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\nfn ld8_{name}(i: u32) -> Oct {{\n    {}\n}}\n",
+                2 + k,
+                unpack.replace("{k}", &k.to_string())
             ));
             continue;
         }
@@ -105,6 +115,9 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
              const HAS_BIAS: bool = {has_bias};\nconst BIAS_ROWS: bool = {bias_rows};\n"
         ));
         src.push_str(sources::WIDE);
+        if qkv == DType::F32 {
+            src.push_str(sources::OCT);
+        }
         src.push_str(sources::ATTENTION_WIDE);
         (format!("{label}_wide{tm}"), tm)
     } else if per_row {

@@ -477,6 +477,7 @@ pub fn render(
     }
     if wide {
         src.push_str(sources::WIDE);
+        src.push_str(sources::OCT);
     }
     src.push_str(match (caps.direct_matmul, vec4) {
         (true, true) if wide => sources::MATMUL_DIRECT_WIDE,

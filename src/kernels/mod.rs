@@ -51,6 +51,11 @@ pub mod sources {
     pub const WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/wide.wgsl"));
     #[cfg(target_arch = "wasm32")]
     pub const WIDE: &str = "";
+    /// `oct`: the 8 floats of a `vec4<u64>` load (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const OCT: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/oct.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const OCT: &str = "";
     #[cfg(not(target_arch = "wasm32"))]
     pub const ATTENTION_WIDE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/attention_wide.wgsl"));
     #[cfg(target_arch = "wasm32")]
