@@ -12,8 +12,8 @@
 //! (1x4096 @ 4096x4096 weights in f32, f16, q8_0, q4_0: GB/s of weight bytes read, and
 //! `quant_err`, the output's relative RMS error against f32), `conv2d` (batch 8,
 //! 64->64 channels, 56x56, 3x3, padding 1), `attention` (1 x 12 heads x seq 128 and
-//! 512 x 64, f32 and f16: the device's choice, then `attention-fused` and
-//! `attention-composed`), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
+//! 512 x 64, and 1 x 8 heads x seq 512 x 128, f32 and f16: the device's choice, then
+//! `attention-fused` and `attention-composed`), `bert-embed` (all-MiniLM-L6-v2 at sequence 128, batch 1, 8
 //! and 32, Linear weights in f32, f16, q8_0 and q4_0, with the dispatches one embedding
 //! call runs; needs scripts/fetch_minilm.sh),
 //! `bert-encoder` and `onnx-bert` (the same MiniLM encoder at batch x 128, f32, to the
@@ -886,17 +886,19 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         });
     }
     if want("attention") {
+        // (heads, seq, head dim): BERT-base's heads of 64, then 8 heads of 128 (Llama's).
+        let shapes = [(12usize, 128usize, 64usize), (12, 512, 64), (8, 512, 128)];
         for dt in [DType::F32, DType::F16] {
-            for seq in [128usize, 512] {
+            for (heads, seq, hd) in shapes {
                 let qkv: Vec<Tensor> =
-                    (0..3).map(|i| (Tensor::rand([1, 12, seq, 64], 11 + i, d) - 0.5).cast(dt)).collect();
+                    (0..3).map(|i| (Tensor::rand([1, heads, seq, hd], 11 + i, d) - 0.5).cast(dt)).collect();
                 tessera::read_all_blocking(&qkv)?;
                 let (q, k, v) = (&qkv[0], &qkv[1], &qkv[2]);
                 // The device's choice, then each way on its own.
                 let ways: [(&'static str, &dyn Fn() -> Tensor); 3] = [
                     ("attention", &|| Tensor::scaled_dot_product_attention(q, k, v, None, false)),
                     ("attention-fused", &|| Tensor::scaled_dot_product_attention_fused(q, k, v, None, false)),
-                    ("attention-composed", &|| (q.matmul(&k.t()) / 8.0).softmax(-1).matmul(v)),
+                    ("attention-composed", &|| (q.matmul(&k.t()) / (hd as f32).sqrt()).softmax(-1).matmul(v)),
                 ];
                 for (case, work) in ways {
                     let (ms, cold) = time(args.seconds(), || sync(d, &work()));
@@ -904,10 +906,10 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
                         device: String::new(),
                         case,
                         dtype: dt.name().into(),
-                        shape: format!("1x12x{seq}x64"),
+                        shape: format!("1x{heads}x{seq}x{hd}"),
                         median_ms: ms,
                         cold_ms: cold,
-                        rate: 4.0 * (12 * seq * seq * 64) as f64 / 1e9 / (ms / 1e3),
+                        rate: 4.0 * (heads * seq * seq * hd) as f64 / 1e9 / (ms / 1e3),
                         unit: "GFLOP/s",
                         extra: None,
                     });

@@ -9,7 +9,7 @@ use tessera::{DType, Device, Tensor};
 /// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
 /// The per-query kernel of CPU adapters takes two queries per lane past 32 (the last
 /// two cases: partial groups, rows of 5 and 10 vec4s, masks).
-const CASES: [(&[usize], usize, bool, u8); 11] = [
+const CASES: [(&[usize], usize, bool, u8); 12] = [
     (&[1, 2, 7, 32], 19, false, 0),
     (&[2, 3, 70, 64], 40, true, 0),
     (&[2, 1, 5, 128], 21, false, 1),
@@ -22,6 +22,8 @@ const CASES: [(&[usize], usize, bool, u8); 11] = [
     // Lavapipe's wide kernel: three blocks of 64 keys, the last partial, a bias that
     // varies over queries, and tiles of 32 queries, the second partial.
     (&[1, 2, 33, 24], 130, false, 2),
+    // ... and past 64 columns, two blocks of 8 per lane, the second partly used.
+    (&[1, 3, 20, 96], 70, true, 2),
     // f16 with an even head dim that is not a multiple of 4: scalar loads.
     (&[1, 2, 9, 6], 13, false, 1),
 ];

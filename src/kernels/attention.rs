@@ -41,14 +41,14 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let per_row = cfg!(not(target_arch = "wasm32"))
         && caps.direct_matmul
         && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
-    // With subgroups of 8 lanes, heads of 8 to 64 (a multiple of 8) take the register-
+    // With subgroups of 8 lanes, heads of 8 to 128 (a multiple of 8) take the register-
     // tiled kernel (`attention_wide.wgsl`), which loads 8 values per access: f16 as a
     // `vec4<u32>`, f32 as a `vec4<u64>` (wide loads).
     let qkv = ins[0].dtype();
     let wide = per_row
         && caps.subgroup_min >= 8
         && d % 8 == 0
-        && d <= 64
+        && d <= 128
         && (qkv == DType::F16 || (qkv == DType::F32 && caps.wide_loads))
         && inputs[..3].iter().all(|t| t.dtype() == qkv)
         && inputs.get(3).is_none_or(|b| b.dtype() == DType::F32)
@@ -108,7 +108,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         if has_bias { "_mask" } else { "" }
     );
     let (label, qw) = if wide {
-        let tm = wide_rows(t, bh);
+        let tm = wide_rows(t, bh, d);
         let bias_rows = has_bias && ins[3].dims()[r - 2] != 1;
         src.push_str(&format!(
             "const D: u32 = {d}u;\nconst TM: u32 = {tm}u;\nconst CAUSAL: bool = {causal};\n\
@@ -180,11 +180,13 @@ fn tiled_kernel(d: usize, causal: bool, has_bias: bool, src: &mut String) -> usi
     qw
 }
 
-/// Queries per workgroup of the wide kernel: a multiple of 8 up to 32
-/// (`TESSERA_ATTENTION_TM`), lowered while there would be fewer than 4 workgroups.
-fn wide_rows(t: usize, heads: usize) -> usize {
+/// Queries per workgroup of the wide kernel: a multiple of 8 up to 32, or 16 for heads
+/// past 64 (twice the output per row; `TESSERA_ATTENTION_TM` overrides), lowered while
+/// there would be fewer than 4 workgroups.
+fn wide_rows(t: usize, heads: usize, d: usize) -> usize {
+    let most = if d > 64 { 16 } else { 32 };
     let cap =
-        std::env::var("TESSERA_ATTENTION_TM").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32).clamp(8, 32);
+        std::env::var("TESSERA_ATTENTION_TM").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(most).clamp(8, 32);
     let mut tm = t.next_multiple_of(8).clamp(8, cap / 8 * 8);
     while tm > 8 && t.div_ceil(tm) * heads < 4 {
         tm -= 8;
