@@ -179,16 +179,10 @@ fn store_group(i0: u32, o: Rows8, st: Stats8, c: u32) {
 fn v_step(kb: u32, j: u32, col: u32) -> Step {
     let l = S - 1u;
     let D8 = D / 8u;
-    var s: Step;
-    var x = ld8_v(kb + j * D8 + col); s.b0 = x.lo; s.e0 = x.hi;
-    x = ld8_v(kb + min(j + 1u, l) * D8 + col); s.b1 = x.lo; s.e1 = x.hi;
-    x = ld8_v(kb + min(j + 2u, l) * D8 + col); s.b2 = x.lo; s.e2 = x.hi;
-    x = ld8_v(kb + min(j + 3u, l) * D8 + col); s.b3 = x.lo; s.e3 = x.hi;
-    x = ld8_v(kb + min(j + 4u, l) * D8 + col); s.b4 = x.lo; s.e4 = x.hi;
-    x = ld8_v(kb + min(j + 5u, l) * D8 + col); s.b5 = x.lo; s.e5 = x.hi;
-    x = ld8_v(kb + min(j + 6u, l) * D8 + col); s.b6 = x.lo; s.e6 = x.hi;
-    x = ld8_v(kb + min(j + 7u, l) * D8 + col); s.b7 = x.lo; s.e7 = x.hi;
-    return s;
+    return step_of_rows(ld8_v(kb + j * D8 + col), ld8_v(kb + min(j + 1u, l) * D8 + col), ld8_v(kb + min(j + 2u, l) * D8 + col),
+        ld8_v(kb + min(j + 3u, l) * D8 + col), ld8_v(kb + min(j + 4u, l) * D8 + col),
+        ld8_v(kb + min(j + 5u, l) * D8 + col), ld8_v(kb + min(j + 6u, l) * D8 + col),
+        ld8_v(kb + min(j + 7u, l) * D8 + col));
 }
 
 @compute @workgroup_size(8, 1, 1)

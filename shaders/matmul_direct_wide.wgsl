@@ -69,14 +69,9 @@ fn main(
                 ld8_b(cb[4] + k8), ld8_b(cb[5] + k8), ld8_b(cb[6] + k8), ld8_b(cb[7] + k8));
         } else {
             let k = 8u * k8;
-            var t = ld8_b(cb[0] + k * N8); s.b0 = t.lo; s.e0 = t.hi;
-            t = ld8_b(cb[0] + (k + 1u) * N8); s.b1 = t.lo; s.e1 = t.hi;
-            t = ld8_b(cb[0] + (k + 2u) * N8); s.b2 = t.lo; s.e2 = t.hi;
-            t = ld8_b(cb[0] + (k + 3u) * N8); s.b3 = t.lo; s.e3 = t.hi;
-            t = ld8_b(cb[0] + (k + 4u) * N8); s.b4 = t.lo; s.e4 = t.hi;
-            t = ld8_b(cb[0] + (k + 5u) * N8); s.b5 = t.lo; s.e5 = t.hi;
-            t = ld8_b(cb[0] + (k + 6u) * N8); s.b6 = t.lo; s.e6 = t.hi;
-            t = ld8_b(cb[0] + (k + 7u) * N8); s.b7 = t.lo; s.e7 = t.hi;
+            s = step_of_rows(ld8_b(cb[0] + k * N8), ld8_b(cb[0] + (k + 1u) * N8), ld8_b(cb[0] + (k + 2u) * N8),
+                ld8_b(cb[0] + (k + 3u) * N8), ld8_b(cb[0] + (k + 4u) * N8), ld8_b(cb[0] + (k + 5u) * N8),
+                ld8_b(cb[0] + (k + 6u) * N8), ld8_b(cb[0] + (k + 7u) * N8));
         }
         group_step(&g0, ld8_a(ra[0] + k8), s);
         if (TM > 8u) { group_step(&g1, ld8_a(ra[1] + k8), s); }

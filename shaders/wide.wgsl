@@ -75,6 +75,12 @@ fn group_step(g: ptr<function, Rows8>, x: Oct, s: Step) {
     (*g).a7 = row_lo((*g).a7, r, s); (*g).d7 = row_hi((*g).d7, r, s);
 }
 
+// The k-step of a B given as rows of 8 columns: t{kk} holds row kk.
+fn step_of_rows(t0: Oct, t1: Oct, t2: Oct, t3: Oct, t4: Oct, t5: Oct, t6: Oct, t7: Oct) -> Step {
+    return Step(t0.lo, t1.lo, t2.lo, t3.lo, t4.lo, t5.lo, t6.lo, t7.lo,
+        t0.hi, t1.hi, t2.hi, t3.hi, t4.hi, t5.hi, t6.hi, t7.hi);
+}
+
 // The k-step of a B given as B^T (rows of 8 k-values, one per column): t{j} holds
 // column j's 8 k-values; row kk of the step is their kk-th values.
 fn transposed(t0: Oct, t1: Oct, t2: Oct, t3: Oct, t4: Oct, t5: Oct, t6: Oct, t7: Oct) -> Step {
