@@ -17,7 +17,7 @@
 // values that feed 8 rows by 8 columns of FMAs, as in the wide matmul. The lanes' partial
 // sums are added once, at the end (`subgroupAdd`).
 // Masked scores are -1e30 (a fully masked row averages its values, as the composite does);
-// keys past S score -3e38 and weigh 0.
+// keys past S score -inf and weigh 0.
 // meta: as `attention.wgsl`. The header defines D, TM, CAUSAL, HAS_BIAS, BIAS_ROWS (the
 // bias varies over queries), ld8_q/ld8_k/ld8_v(i) (the i-th 8 values), ld_bias(i),
 // bias_head_offset and store4(base, c, values).
@@ -80,7 +80,10 @@ fn masked(x: vec4<f32>, i: u32, k: vec4<u32>, b: vec4<f32>) -> vec4<f32> {
         let last = i32(i) + i32(S) - i32(T);
         v = select(v, vec4<f32>(-1.0e30), vec4<i32>(k) > vec4<i32>(last));
     }
-    return select(v, vec4<f32>(-3.0e38), k >= vec4<u32>(S));
+    // Keys past S weigh 0 even in a row whose every score is -inf (its running max is
+    // still -3e38 there).
+    var ninf = 0xff800000u;
+    return select(v, vec4<f32>(bitcast<f32>(ninf)), k >= vec4<u32>(S));
 }
 
 // The softmax step of query i (clamped) whose lane's 8 scores are `s`.
@@ -158,9 +161,10 @@ fn pv_group(o: ptr<function, Rows8>, p: ptr<function, Rows8>, t: u32, s: Step) {
 
 // Query i's output: this lane's 8 columns of block c over the sum of every lane's weights.
 fn store_row8(i: u32, lo: vec4<f32>, hi: vec4<f32>, st: vec2<f32>, c: u32) {
-    // (No keys: zeros, as the composition gives, not 0 / 0.)
+    // No keys: zeros, as the composition gives, not 0 / 0. (A row whose every score is
+    // -inf sums to 0 too, and is NaN, as in the composition and the reference.)
     let l = subgroupAdd(st.y);
-    let r = select(0.0, 1.0 / l, l > 0.0);
+    let r = select(0.0, 1.0 / l, l > 0.0 || S > 0u);
     if (i < T && c < D / 8u) {
         let base = (bh * T + i) * D;
         store4(base, 2u * c, lo * r);

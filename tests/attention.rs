@@ -102,6 +102,37 @@ fn fused_attention_matches_the_reference() {
     }
 }
 
+/// A float mask that is -inf over a whole row: that row is NaN (every weight is 0 over a
+/// sum of 0), as in PyTorch and the composition, on every kernel; the other rows are not
+/// disturbed. (A bool mask's masked scores are finite: its fully masked rows average.)
+#[test]
+fn a_row_masked_to_minus_infinity_is_nan_in_every_kernel() {
+    let cpu = Device::reference();
+    let (t, s) = (9usize, 70usize);
+    let mask: Vec<f32> =
+        (0..t * s).map(|i| if i / s == 4 { f32::NEG_INFINITY } else { ((i % 7) as f32) * -0.5 }).collect();
+    let build = |d: &Device, dt: DType| {
+        let q = rand_t(&[1, 2, t, 32], 1, -1.0, 1.0, d).cast(dt);
+        let k = rand_t(&[1, 2, s, 32], 2, -1.0, 1.0, d).cast(dt);
+        let v = rand_t(&[1, 2, s, 32], 3, -1.0, 1.0, d).cast(dt);
+        let m = Tensor::from_slice(&mask, [t, s], d);
+        vec![Tensor::scaled_dot_product_attention_fused(&q, &k, &v, Some(&m), false).cast(DType::F32)]
+    };
+    for (dt, tol) in [(DType::F32, Tol { atol: 2e-5, rtol: 1e-4 }), (DType::F16, Tol { atol: 2e-3, rtol: 1e-2 })] {
+        let want = tessera::read_all_blocking(&build(&cpu, dt)).unwrap();
+        assert!(want[0][4 * 32..5 * 32].iter().all(|x| x.is_nan()) && !want[0][..4 * 32].iter().any(|x| x.is_nan()));
+        for dev in &attention_devices() {
+            common::record(dev);
+            if dev.info().backend == "Gl" {
+                continue;
+            }
+            let what = format!("attention {dt}, a row masked to -inf, on {}", label(dev));
+            let got = tessera::read_all_blocking(&build(dev, dt)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_close(&what, &got[0], &want[0], tol);
+        }
+    }
+}
+
 #[test]
 fn the_reference_matches_the_unfused_composition() {
     let d = Device::reference();
