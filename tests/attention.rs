@@ -123,7 +123,8 @@ fn a_row_masked_to_minus_infinity_is_nan_in_every_kernel() {
         assert!(want[0][4 * 32..5 * 32].iter().all(|x| x.is_nan()) && !want[0][..4 * 32].iter().any(|x| x.is_nan()));
         for dev in &attention_devices() {
             common::record(dev);
-            if dev.info().backend == "Gl" {
+            // (On GL, f32 only: llvmpipe's GLSL compiler takes seconds per variant.)
+            if dev.info().backend == "Gl" && dt == DType::F16 {
                 continue;
             }
             let what = format!("attention {dt}, a row masked to -inf, on {}", label(dev));

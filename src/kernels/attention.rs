@@ -62,18 +62,19 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
         if wide && k < 3 {
-            let (elem, unpack) = match qkv {
+            let (elem, body) = match qkv {
                 DType::F16 => (
                     "vec4<u32>",
-                    "let w = in{k}[i];\n    return Oct(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), \
-                     vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));",
+                    format!(
+                        "let w = in{k}[i];\n    return Oct(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), \
+                         vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));"
+                    ),
                 ),
-                _ => ("vec4<u64>", "return oct(in{k}[i]);"),
+                _ => ("vec4<u64>", format!("return oct(in{k}[i]);")),
             };
             src.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\nfn ld8_{name}(i: u32) -> Oct {{\n    {}\n}}\n",
-                2 + k,
-                unpack.replace("{k}", &k.to_string())
+                "@group(0) @binding({}) var<storage, read> in{k}: array<{elem}>;\nfn ld8_{name}(i: u32) -> Oct {{\n    {body}\n}}\n",
+                2 + k
             ));
             continue;
         }
