@@ -533,6 +533,49 @@ fn wide_loads_every_32_bit_dtype() {
     });
 }
 
+/// On the same adapters, expressions with a transcendental (and no relu or log) load
+/// quads and store eight 32-bit values as one `vec4<u64>` (wide stores): inputs of every
+/// dtype (f16 as packed pairs), 32-bit outputs of each kind, repeated rows of 4 and 12
+/// (whole quads, not whole eights), several outputs in one kernel, and lengths that are
+/// a multiple of 8, of 4 only, and neither.
+#[test]
+fn wide_stores_every_input_dtype() {
+    let outputs = |d: &Device, n: usize| {
+        let x = rand_t(&[n], 51, -3.0, 3.0, d);
+        let y = rand_t(&[n], 52, -3.0, 3.0, d);
+        let h = rand_t(&[n], 53, -3.0, 3.0, d).cast(DType::F16);
+        let ints: Vec<i32> = data(n, 54, -50.0, 50.0).iter().map(|v| *v as i32).collect();
+        let i = Tensor::from_slice(&ints, [n], d);
+        let u = Tensor::from_slice(&ints.iter().map(|v| v.unsigned_abs()).collect::<Vec<u32>>(), [n], d);
+        let m =
+            Tensor::from_slice(&ints.iter().map(|v| u32::from(*v > 0)).collect::<Vec<u32>>(), [n], d).cast(DType::Bool);
+        vec![
+            x.exp() * &y,
+            (h.cast(DType::F32) * 2.0).tanh(),
+            (i.cast(DType::F32) * 0.1).sigmoid() + u.cast(DType::F32),
+            Tensor::where_(&m, &x.exp(), &y),
+            (x.tanh() * 40.0).cast(DType::I32),
+            (x.tanh() * 40.0).cast(DType::U32),
+            x.exp().gt(&y),
+            x.silu() - &h.cast(DType::F32),
+        ]
+    };
+    for n in [8usize, 16, 4104, 4100, 4099] {
+        check(&format!("wide stores n={n}, one kernel"), |d| outputs(d, n));
+        for k in 0..outputs(&Device::reference(), n).len() {
+            check(&format!("wide stores n={n}, output {k} alone"), |d| vec![outputs(d, n).swap_remove(k)]);
+        }
+    }
+    check("wide stores, repeated rows", |d| {
+        let z = rand_t(&[10, 4], 55, -3.0, 3.0, d);
+        let r4 = rand_t(&[4], 56, -1.0, 1.0, d);
+        let w = rand_t(&[6, 12], 57, -3.0, 3.0, d);
+        let r12 = rand_t(&[12], 58, -1.0, 1.0, d);
+        let h12 = rand_t(&[12], 59, -1.0, 1.0, d).cast(DType::F16);
+        vec![(&z * &r4).exp(), (&w * &r12).tanh() - &r12, (&w + &h12.cast(DType::F32)).sigmoid(), &z + &r4]
+    });
+}
+
 #[test]
 fn fused_chains_of_movement_and_elementwise() {
     check("chains", |d| {

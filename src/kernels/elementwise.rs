@@ -24,7 +24,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.decide_windows(root.storage_bytes());
     let quads = n > 0 && n.is_multiple_of(4) && !g.emit_windows && g.no_quantised_leaves();
     if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
-        for lanes in Lanes::for_len(n, caps).into_iter().filter(|l| !l.wide || suits_wide(&g.ops)) {
+        for lanes in Lanes::for_len(n, caps).into_iter().filter(|l| suits(l.form, &g.ops)) {
             if let Some(spec) = render_vectors(root, is_leaf, lanes)? {
                 return Ok(spec);
             }
@@ -80,26 +80,52 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     Ok(spec)
 }
 
-/// Whether an expression of these ops should move its values eight at a time (wide
-/// loads) rather than as quads. Measured on lavapipe (2-core Xeon, 4M f32, medians of
-/// the two forms interleaved, `TESSERA_WIDE_LOADS` on and off): wide loads save 18 to
-/// 34% on cheap expressions (`x * 2`, `x + y`, `abs`, `clamp`, `x / y`, `where`,
-/// `exp(x) * y`) and match quads on one `exp`, `tanh`, `sigmoid` or `silu`, but cost 13
-/// to 41% with `relu`, `log` or erf and once two different transcendentals chain
-/// (`tanh(exp(x))`: 1.33x; issue #21's `relu(tanh(exp(x*2+1))*x)`: 1.21x).
-fn suits_wide(ops: &[String]) -> bool {
+/// Whether an expression of these ops suits `form` (where the adapter has wide loads).
+/// Measured on lavapipe (2-core Xeon, 4M f32, medians, forms interleaved):
+/// - wide loads save 18 to 34% over quads on cheap expressions (`x * 2`, `x + y`,
+///   `abs`, `clamp`, `x / y`, `where`), but lose to wide stores once a transcendental
+///   is in (see [`Form::WideStores`]);
+/// - wide stores save 13 to 20% over quads on `exp`, `tanh`, `sigmoid`, `silu` and
+///   `exp(x) * y` (3.2 against 3.7 ms for `exp`, 3.4 against 4.1 for `silu`);
+/// - both lose to quads with `relu` or `log` (`relu`: 5.4 against 3.3 ms; issue #21's
+///   `relu(tanh(exp(x*2+1))*x)`: 9.0 against 6.6), and match them on GELU.
+fn suits(form: Form, ops: &[String]) -> bool {
     const TRANSCENDENTAL: [&str; 11] =
         ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh"];
-    const SLOWER_WIDE: [&str; 5] = ["relu", "log", "erf", "geluerf", "gelutanh"];
-    let has = |name: &str| ops.iter().any(|o| o == name);
-    TRANSCENDENTAL.iter().filter(|n| has(n)).count() < 2 && !SLOWER_WIDE.iter().any(|n| has(n))
+    const QUADS_FASTER: [&str; 5] = ["relu", "log", "erf", "geluerf", "gelutanh"];
+    let has = |names: &[&str]| names.iter().any(|n| ops.iter().any(|o| o == n));
+    if cfg!(target_arch = "wasm32") {
+        return true;
+    }
+    match form {
+        Form::Quads => true,
+        Form::WideStores => !has(&QUADS_FASTER),
+        Form::Wide => !has(&QUADS_FASTER) && !has(&TRANSCENDENTAL),
+    }
 }
 
-/// How a vector kernel moves values: a quad (4 values) per storage access, in the
-/// dtype's own vector, or eight 32-bit values as one `vec4<u64>` ([`ShaderCaps::wide_loads`]).
+/// How a vector kernel moves values ([`Lanes`]).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Form {
+    /// A quad (4 values) per storage access, in the dtype's own vector.
+    Quads,
+    /// Eight 32-bit values per access, loads and stores, as one `vec4<u64>`
+    /// ([`ShaderCaps::wide_loads`]).
+    Wide,
+    /// Eight values per invocation, loaded as two quads and stored as one `vec4<u64>`.
+    /// On lavapipe (AVX-512 hosts) LLVM assembles a wide load in a 512-bit register, and
+    /// while 512-bit operations are in flight the 256-bit arithmetic around them slows
+    /// (one 64-bit multiply added to the quad chain cost it 15%); a wide store is packed
+    /// lane by lane in scalar registers and does not. Kernel lab, 4M f32, best of 3
+    /// interleaved runs on the lab's scale (wide stores, wide, quads): `exp` 552, 494,
+    /// 447; `tanh` 484, 398, 412; `x * 2 + 1` 617, 721, 527. See [`suits`].
+    WideStores,
+}
+
+/// How a vector kernel moves values: its [`Form`] on an adapter with these caps.
 #[derive(Clone, Copy)]
 struct Lanes {
-    wide: bool,
+    form: Form,
     caps: ShaderCaps,
 }
 
@@ -109,27 +135,56 @@ impl Lanes {
     /// The forms to try for `n` elements (a multiple of 4), widest first.
     fn for_len(n: usize, caps: &ShaderCaps) -> Vec<Lanes> {
         let wide = caps.wide_loads && n.is_multiple_of(8);
-        [true, false].into_iter().filter(|&w| wide || !w).map(|wide| Lanes { wide, caps: *caps }).collect()
+        let wide_stores = std::env::var("TESSERA_WIDE_STORES").as_deref() != Ok("0");
+        [Form::Wide, Form::WideStores, Form::Quads]
+            .into_iter()
+            .filter(|&f| f == Form::Quads || (wide && (f == Form::Wide || wide_stores)))
+            .map(|form| Lanes { form, caps: *caps })
+            .collect()
     }
 
-    /// Values per vector.
+    /// Whether inputs load eight values at a time. Never in the npm package: browsers
+    /// have no 64-bit integers, and the constant drops the wide code from it.
+    fn wide_in(self) -> bool {
+        !cfg!(target_arch = "wasm32") && self.form == Form::Wide
+    }
+
+    /// Whether the output stores eight values at a time (never in the npm package).
+    fn wide_out(self) -> bool {
+        !cfg!(target_arch = "wasm32") && self.form != Form::Quads
+    }
+
+    /// Values per invocation (per output vector).
     fn width(self) -> usize {
-        if self.wide {
+        if self.wide_out() {
             8
         } else {
             4
         }
     }
 
-    /// Whether values of `t` move this way: quads take every dtype, wide loads 32-bit ones.
-    fn takes(self, t: DType) -> bool {
-        !self.wide || matches!(t, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
+    /// Values per input load.
+    fn load_width(self) -> usize {
+        if self.wide_in() {
+            8
+        } else {
+            4
+        }
     }
 
-    /// The WGSL type of one vector of `t`.
-    fn vec_type(self, t: DType) -> &'static str {
+    /// Whether inputs of `t` load this way: quads take every dtype, wide loads 32-bit ones.
+    fn loads(self, t: DType) -> bool {
+        !self.wide_in() || is_32_bit(t)
+    }
+
+    /// Whether outputs of `t` store this way: wide stores take 32-bit ones.
+    fn stores(self, t: DType) -> bool {
+        !self.wide_out() || is_32_bit(t)
+    }
+
+    /// The WGSL type of one quad of `t`.
+    fn quad_type(self, t: DType) -> &'static str {
         match t {
-            _ if self.wide => "vec4<u64>",
             DType::F32 => "vec4<f32>",
             DType::I32 => "vec4<i32>",
             DType::F16 if self.caps.native_f16 => "vec4<f16>",
@@ -138,10 +193,29 @@ impl Lanes {
         }
     }
 
-    /// Lane `c` of the loaded vector `a`, in `t`'s compute type.
-    fn read(self, t: DType, a: &str, c: usize) -> String {
-        if self.wide {
-            let word = format!("{a}.{}", XYZW[c / 2]);
+    /// The WGSL type of one input vector of `t`.
+    fn in_type(self, t: DType) -> &'static str {
+        if self.wide_in() {
+            "vec4<u64>"
+        } else {
+            self.quad_type(t)
+        }
+    }
+
+    /// The WGSL type of one output vector of `t`.
+    fn out_type(self, t: DType) -> &'static str {
+        if self.wide_out() {
+            "vec4<u64>"
+        } else {
+            self.quad_type(t)
+        }
+    }
+
+    /// Lane `c` of input `k`'s loaded vectors `a{k}` (`a{k}_0`, `a{k}_1` for two quads),
+    /// in `t`'s compute type.
+    fn read(self, t: DType, k: usize, c: usize) -> String {
+        if self.wide_in() {
+            let word = format!("a{k}.{}", XYZW[c / 2]);
             let bits = match c % 2 {
                 0 => format!("u32({word} & 0xfffffffflu)"),
                 _ => format!("u32({word} >> 32u)"),
@@ -153,6 +227,11 @@ impl Lanes {
                 _ => bits,
             };
         }
+        let a = match self.wide_out() && !self.wide_in() {
+            true => format!("a{k}_{}", c / 4),
+            false => format!("a{k}"),
+        };
+        let c = c % 4;
         match t {
             DType::Bool => format!("({a}.{} != 0u)", XYZW[c]),
             DType::F16 if self.caps.native_f16 => format!("f32({a}.{})", XYZW[c]),
@@ -163,7 +242,8 @@ impl Lanes {
 
     /// The loads of every leaf of `g` as vectors, declared in `src`: the parameters of
     /// `eval_out`, the statements loading vector `q` (or the permute input's `pq`, or
-    /// `q % len` of a repeated row), and per lane the arguments that pass the leaves.
+    /// `q % len` of a repeated row; quads `2q` and `2q + 1` for wide stores), and per
+    /// lane the arguments that pass the leaves.
     fn bind_leaves(self, g: &Gen, src: &mut String) -> (Vec<String>, String, Vec<String>) {
         let mut params = vec!["i: u32".to_string()];
         let mut loads = String::new();
@@ -172,26 +252,35 @@ impl Lanes {
             src.push_str(&format!(
                 "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
                 2 + k,
-                self.vec_type(t.dtype())
+                self.in_type(t.dtype())
             ));
             params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
             // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
             let q = if g.param_permuted.contains(&k) { "pq" } else { "q" };
-            match g.param_period.get(&k) {
-                Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[{q} % m({slot}u)];\n")),
-                None => loads.push_str(&format!("    let a{k} = in{k}[{q}];\n")),
+            let at = |v: &str| match g.param_period.get(&k) {
+                Some(slot) => format!("in{k}[{v} % m({slot}u)]"),
+                None => format!("in{k}[{v}]"),
+            };
+            if self.wide_out() && !self.wide_in() {
+                loads.push_str(&format!(
+                    "    let a{k}_0 = {};\n    let a{k}_1 = {};\n",
+                    at(&format!("(2u * {q})")),
+                    at(&format!("(2u * {q} + 1u)"))
+                ));
+            } else {
+                loads.push_str(&format!("    let a{k} = {};\n", at(q)));
             }
             for (c, a) in args.iter_mut().enumerate() {
-                a.push_str(&format!(", {}", self.read(t.dtype(), &format!("a{k}"), c)));
+                a.push_str(&format!(", {}", self.read(t.dtype(), k, c)));
             }
         }
         (params, loads, args)
     }
 
-    /// The vector of `t` that stores `values`, one per lane in `t`'s compute type.
+    /// The output vector of `t` that stores `values`, one per lane in `t`'s compute type.
     fn pack(self, t: DType, values: &[String]) -> String {
         let store = |e: &String| store_value(t, e, &self.caps);
-        if self.wide {
+        if self.wide_out() {
             let bits = |e: &String| match t {
                 DType::F32 | DType::I32 => format!("bitcast<u32>({})", store(e)),
                 _ => store(e),
@@ -205,8 +294,13 @@ impl Lanes {
             return format!("vec2<u32>({}, {})", pair(&values[0], &values[1]), pair(&values[2], &values[3]));
         }
         let lanes: Vec<String> = values.iter().map(store).collect();
-        format!("{}({})", self.vec_type(t), lanes.join(", "))
+        format!("{}({})", self.quad_type(t), lanes.join(", "))
     }
+}
+
+/// Whether `t` moves as 32-bit words (and so fits a `vec4<u64>` eight at a time).
+fn is_32_bit(t: DType) -> bool {
+    matches!(t, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
 }
 
 /// Expression `e` (in `t`'s compute type) as `t` is stored.
@@ -232,11 +326,11 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
     g.slot((n / w) as u32); // meta[0]: vector count
     g.windows = true;
     g.param_leaves = true;
-    g.param_lanes = w;
-    g.quad_permute = !lanes.wide;
+    g.param_lanes = lanes.load_width();
+    g.quad_permute = !lanes.wide_out();
     let v = g.eval(root, &Ix::lin("i"), true);
     let dt = root.dtype();
-    if !g.params_ok || !g.no_quantised_leaves() || !lanes.takes(dt) || !g.leaves.iter().all(|l| lanes.takes(l.dtype()))
+    if !g.params_ok || !g.no_quantised_leaves() || !lanes.stores(dt) || !g.leaves.iter().all(|l| lanes.loads(l.dtype()))
     {
         return Ok(None);
     }
@@ -244,7 +338,7 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
     if dt == DType::F16 {
         g.uses_f16 = true;
     }
-    let mut src = header_with_out(g.meta.len(), lanes.vec_type(dt), g.uses_f16, caps);
+    let mut src = header_with_out(g.meta.len(), lanes.out_type(dt), g.uses_f16, caps);
     let (params, loads, args) = lanes.bind_leaves(&g, &mut src);
     src.push_str(&g.support(2 + g.leaves.len() as u32));
     src.push_str(&format!(
@@ -321,7 +415,7 @@ fn render_multi(
     }
     g.windows = true;
     g.param_leaves = lanes.is_some();
-    g.param_lanes = w.max(4);
+    g.param_lanes = lanes.map_or(4, |l| l.load_width());
     let vals: Vec<String> = roots.iter().map(|r| g.eval(r, &Ix::lin("i"), true)).collect();
     let biggest = roots.iter().map(|r| r.storage_bytes()).max().unwrap_or(0);
     g.decide_windows(biggest);
@@ -330,7 +424,11 @@ fn render_multi(
         && g.checks.is_empty()
         && match lanes {
             Some(l) => {
-                g.params_ok && g.no_quantised_leaves() && roots.iter().chain(&g.leaves).all(|t| l.takes(t.dtype()))
+                suits(l.form, &g.ops)
+                    && g.params_ok
+                    && g.no_quantised_leaves()
+                    && roots.iter().all(|t| l.stores(t.dtype()))
+                    && g.leaves.iter().all(|t| l.loads(t.dtype()))
             }
             None => !roots.iter().any(packed),
         };
@@ -342,7 +440,7 @@ fn render_multi(
         g.uses_f16 = true;
     }
     let elem_type = |t: DType| match lanes {
-        Some(l) => l.vec_type(t),
+        Some(l) => l.out_type(t),
         None => storage_type(t, caps),
     };
     let mut src = header_with_out(g.meta.len(), elem_type(roots[0].dtype()), g.uses_f16, caps);
@@ -474,26 +572,37 @@ mod tests {
         let row8 = Tensor::rand([8], 2, &d);
         let row4 = Tensor::rand([4], 3, &d);
         let y = Tensor::rand([12], 4, &d);
-        crate::read_all_blocking(&[x.clone(), row8.clone(), row4.clone(), y.clone()]).expect("realise");
-        let wide = |t: &Tensor| source(t, &caps).contains("array<vec4<u64>>");
+        let h = Tensor::rand([4, 8], 5, &d).cast(DType::F16);
+        crate::read_all_blocking(&[x.clone(), row8.clone(), row4.clone(), y.clone(), h.clone()]).expect("realise");
+        // The form a kernel took, from its bindings.
+        let form = |t: &Tensor| {
+            let src = source(t, &caps);
+            match (src.contains("in0: array<vec4<u64>>"), src.contains("out: array<vec4<u64>>")) {
+                (true, true) => "wide",
+                (false, true) => "wide stores",
+                _ => "quads",
+            }
+        };
         for (what, t, expect) in [
-            ("the chain: quads", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), false),
-            ("two transcendentals: quads", (&x * 2.0).exp().tanh(), false),
-            ("relu: quads", x.relu(), false),
-            ("gelu: quads", x.gelu(), false),
-            ("log: quads", (&x + 1.0).log(), false),
-            ("one exp", (&x * 2.0 + 1.0).exp() * &x, true),
-            ("tanh", x.tanh(), true),
-            ("a product and a sum", &x * &x + 1.0, true),
-            ("i32 out", (&x * 4.0).cast(DType::I32), true),
-            ("bool out", x.gt_scalar(0.5), true),
-            ("a row of 8 repeated", (&x + &row8).abs(), true),
-            ("a row of 4 repeated: quads", &x.reshape([8, 4]) + &row4, false),
-            ("f16 out: quads", x.cast(DType::F16), false),
-            ("12 elements: quads", &y + 1.0, false),
-            ("a head split: quads", x.reshape([2, 2, 2, 4]).permute(&[0, 2, 1, 3]) + 1.0, false),
+            ("the chain", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), "quads"),
+            ("two transcendentals", (&x * 2.0).exp().tanh(), "wide stores"),
+            ("relu", x.relu(), "quads"),
+            ("gelu", x.gelu(), "quads"),
+            ("log", (&x + 1.0).log(), "quads"),
+            ("one exp", (&x * 2.0 + 1.0).exp() * &x, "wide stores"),
+            ("tanh", x.tanh(), "wide stores"),
+            ("a product and a sum", &x * &x + 1.0, "wide"),
+            ("i32 out", (&x * 4.0).cast(DType::I32), "wide"),
+            ("bool out", x.gt_scalar(0.5), "wide"),
+            ("a row of 8 repeated", (&x + &row8).abs(), "wide"),
+            ("a row of 4 repeated", &x.reshape([8, 4]) + &row4, "wide stores"),
+            ("a row of 4 repeated, exp", (&x.reshape([8, 4]) + &row4).exp(), "wide stores"),
+            ("f16 in", h.cast(DType::F32).exp(), "wide stores"),
+            ("f16 out", x.cast(DType::F16), "quads"),
+            ("12 elements", &y + 1.0, "quads"),
+            ("a head split", x.reshape([2, 2, 2, 4]).permute(&[0, 2, 1, 3]) + 1.0, "quads"),
         ] {
-            assert_eq!(wide(&t), expect, "{what}:\n{}", source(&t, &caps));
+            assert_eq!(form(&t), expect, "{what}:\n{}", source(&t, &caps));
         }
         let no_wide = crate::kernels::ShaderCaps { wide_loads: false, ..caps };
         assert!(!source(&x.exp(), &no_wide).contains("array<vec4<u64>>"), "adapters without wide loads never see u64");
