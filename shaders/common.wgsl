@@ -102,14 +102,14 @@ fn div_u(a: u32, b: u32) -> u32 {
     return a / b;
 }
 
-// relu that keeps NaN even where the backend's comparisons do not follow IEEE.
+// relu by the bits: a negative number (-0 and -inf too) gives +0, and a NaN of either
+// sign stays. No float comparison, so it holds where a backend's comparisons are not
+// IEEE (Mesa's GL path folds `select(x, 0.0, x < 0.0)` into a `max` that drops NaN),
+// and lavapipe packs it into a wide store without 512-bit registers (a float select
+// against 0 became a masked 64-bit widening: issue #21's chain ran 1.5x slower).
 fn relu_f(x: f32) -> f32 {
-    return select(max(x, 0.0), x, is_nan_f(x));
-}
-
-// relu where they do (`ShaderCaps::ieee_compares`): NaN < 0 is false, so NaN stays.
-fn relu_ieee(x: f32) -> f32 {
-    return select(x, 0.0, x < 0.0);
+    let b = bitcast<u32>(x);
+    return bitcast<f32>(select(0u, b, b < 0x80000000u || b > 0xff800000u));
 }
 
 // Float-to-integer conversions that saturate (NaN gives 0) on every backend, matching

@@ -896,7 +896,15 @@ fn nan_propagates() {
         let y = Tensor::from_slice(&[0.0f32, 1.0, f32::NAN, 1.0], [2, 2], d);
         // Around a kept middle axis: the CPU backend's in-order walk, NaN early and late.
         let z = Tensor::from_slice(&[1.0f32, f32::NAN, -2.0, 3.0, 5.0, 0.0, f32::NAN, 4.0], [2, 2, 2], d);
+        // Both signs of NaN and of infinity, and -0, eight of them (so CPU adapters
+        // store them eight at a time): relu keeps every NaN and zeroes the rest below 0.
+        let neg_nan = f32::from_bits(0xffc0_0000);
+        let w =
+            Tensor::from_slice(&[neg_nan, f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0, -1e-40, 2.0, -3.0], [8], d);
         vec![
+            w.relu(),
+            (&w * 2.0).relu(),
+            (&w + &w.exp()).relu(),
             z.max(&[0, 2], false),
             z.min(&[0, 2], false),
             z.sum(&[0, 2], false),

@@ -580,7 +580,7 @@ impl<'a> Gen<'a> {
             }
             Op::Unary(u) => {
                 let x = self.eval(&n.inputs[0], ix, false);
-                let e = unary_expr(*u, &x, dt, &self.caps);
+                let e = unary_expr(*u, &x, dt);
                 let e = self.round_f16(e, dt);
                 self.let_("v", e)
             }
@@ -1088,7 +1088,7 @@ pub fn udiv_magic(d: u32) -> (u32, u32) {
     (magic, (l.max(1) - 1) << 1 | l.min(1))
 }
 
-fn unary_expr(u: UnaryOp, x: &str, dt: DType, caps: &ShaderCaps) -> String {
+fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
     let float = dt.is_float();
     match u {
         UnaryOp::Neg => format!("-{x}"),
@@ -1102,7 +1102,6 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType, caps: &ShaderCaps) -> String {
         UnaryOp::Cos => format!("cos({x})"),
         UnaryOp::Tanh => format!("tanh_f({x})"),
         UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
-        UnaryOp::Relu if float && caps.ieee_compares => format!("relu_ieee({x})"),
         UnaryOp::Relu if float => format!("relu_f({x})"),
         UnaryOp::Relu => format!("max({x}, {}(0))", compute_type(dt)),
         UnaryOp::Erf => format!("erf_f({x})"),

@@ -122,11 +122,6 @@ pub struct ShaderCaps {
     /// every storage access as a loop over its SIMD lanes, so eight values per access
     /// halve that cost per value.
     pub wide_loads: bool,
-    /// The backend's compiler keeps float comparisons false for NaN, so `relu` is one
-    /// compare and select (`relu_ieee`, 3.5% fewer instructions for the 4M element-wise
-    /// chain on lavapipe). Vulkan only: Mesa's GL path folds that select into a `max`
-    /// that drops NaN, and the other backends are not measured here.
-    pub ieee_compares: bool,
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).

@@ -276,7 +276,6 @@ impl GpuContext {
             && ctx.device.features().contains(wgpu::Features::SHADER_INT64)
             && !cfg!(target_arch = "wasm32")
             && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
-        ctx.caps.ieee_compares = info.backend == wgpu::Backend::Vulkan;
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
         // which naga's front-end (and so wgpu's native path) refuses.
         let c = &ctx.info.capabilities;
@@ -318,7 +317,6 @@ impl GpuContext {
                 max_binding: caps.max_storage_buffer_binding_size,
                 subgroup_min: 0,
                 wide_loads: false,
-                ieee_compares: false,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),
