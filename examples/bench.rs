@@ -4,11 +4,12 @@
 //! waits for the GPU, and GFLOP/s (or sentences/s for `bert-embed`). `--json` prints the
 //! same rows as JSON lines. Filters keep the cases whose name contains one of them.
 //!
-//! Cases: `elementwise` (a fused gelu chain), `reduce` (row sums), `softmax`,
-//! `layer_norm`, `matmul` (square 256 to 2048 in f32, 512 and 1024 in f16, and the
-//! BERT-like 128x384x1536 product `x @ w.t()` with w in f32, f16, q8_0 and q4_0;
-//! each row gives `vs_naive`, the speed-up over a one-thread-per-output kernel kept
-//! here as a baseline, and `cold_ms`), `matmul-batched` (8 x 128x64 @ 64x128), `gemv`
+//! Cases: `elementwise` (a fused gelu chain), `elementwise-ops` (single ops and chains
+//! over 4M f32), `reduce` (row sums), `softmax`, `layer_norm`, `matmul` (square 256 to
+//! 2048 in f32, 512 and 1024 in f16, and the BERT-like 128x384x1536 product
+//! `x @ w.t()` with w in f32, f16, q8_0 and q4_0; each row gives `vs_naive`, the
+//! speed-up over a one-thread-per-output kernel kept here as a baseline, and
+//! `cold_ms`), `matmul-batched` (8 x 128x64 @ 64x128), `gemv`
 //! (1x4096 @ 4096x4096 weights in f32, f16, q8_0, q4_0: GB/s of weight bytes read, and
 //! `quant_err`, the output's relative RMS error against f32), `conv2d` (batch 8,
 //! 64->64 channels, 56x56, 3x3, padding 1), `attention` (1 x 12 heads x seq 128 and
@@ -688,6 +689,39 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             unit: "GB/s",
             extra: None,
         });
+    }
+    if want("elementwise-ops") {
+        // One op or short chain per row over 4M f32, for comparing the forms of the
+        // vector element-wise kernel (`TESSERA_ELEMENTWISE_FORM`).
+        let n = 4 << 20;
+        let x = Tensor::rand([n], 5, d) - 0.5;
+        let y = Tensor::rand([n], 6, d) - 0.5;
+        sync(d, &x);
+        sync(d, &y);
+        let exprs: [(&str, &dyn Fn() -> Tensor); 8] = [
+            ("x*2+1", &|| &x * 2.0 + 1.0),
+            ("exp", &|| x.exp()),
+            ("sigmoid", &|| x.sigmoid()),
+            ("relu", &|| x.relu()),
+            ("relu(x+y)", &|| (&x + &y).relu()),
+            ("relu(tanh(exp(x*2+1))*x)", &|| ((&x * 2.0 + 1.0).exp().tanh() * &x).relu()),
+            ("gelu", &|| x.gelu()),
+            ("log(|x|+1)", &|| (x.abs() + 1.0).log()),
+        ];
+        for (name, f) in exprs {
+            let (ms, cold) = time(args.seconds(), || sync(d, &f()));
+            rows.push(Row {
+                device: String::new(),
+                case: "elementwise-ops",
+                dtype: "f32".into(),
+                shape: format!("{n} {name}"),
+                median_ms: ms,
+                cold_ms: cold,
+                rate: (n * 8) as f64 / 1e9 / (ms / 1e3),
+                unit: "GB/s",
+                extra: None,
+            });
+        }
     }
     for (case, op) in [("reduce", 0), ("softmax", 1)] {
         if !want(case) {

@@ -81,22 +81,24 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 }
 
 /// Whether an expression of these ops suits `form` (where the adapter has wide loads).
-/// Measured on lavapipe (2-core Xeon, 4M f32, ms per kernel and readback, medians of
-/// two runs with the form forced; quads, wide, wide stores):
+/// Measured on lavapipe (2-core Xeon, AVX-512), ms per 4M f32, two runs of
+/// `TESSERA_ELEMENTWISE_FORM=... bench elementwise-ops`:
 ///
 /// | expression | quads | wide | wide stores |
 /// | --- | --- | --- | --- |
-/// | `x * 2 + 1` | 3.50 | 2.58 | 2.99 |
-/// | `exp(x)` | 3.64-3.79 | 3.05-3.08 | 3.14-3.19 |
-/// | `sigmoid(x)` | 3.98 | 3.96-4.09 | 3.27-3.32 |
-/// | `relu(x)` | 3.21 | 4.44-4.62 | 2.73-2.76 |
-/// | `relu(x + y)` | 4.97-5.19 | 3.48-3.77 | 4.49-4.54 |
-/// | `relu(tanh(exp(x*2+1))*x)` | 6.24 | 8.32-8.59 | 5.58-5.72 |
-/// | `gelu(x)` | 4.89 | 5.53-5.77 | 4.82-4.95 |
-/// | `log(abs(x) + 1)` | 4.41-4.70 | 5.97-5.99 | 6.54-6.80 |
+/// | `x * 2 + 1` | 3.33-3.42 | 2.31-2.50 | 2.74-2.78 |
+/// | `exp(x)` | 3.54 | 2.90-2.98 | 2.88-2.96 |
+/// | `sigmoid(x)` | 3.74-3.78 | 3.56-3.77 | 2.86 (5.82 once) |
+/// | `relu(x)` | 3.04-3.10 | 3.96-4.17 | 2.43-2.63 |
+/// | `relu(x + y)` | 4.32-4.42 | 2.94-3.13 | 3.59-3.79 |
+/// | `relu(tanh(exp(x*2+1))*x)` | 5.66-5.75 | 6.96-7.45 | 4.54-4.98 |
+/// | `gelu(x)` | 4.10-4.36 | 5.11-5.26 | 4.09-4.66 |
+/// | `log(abs(x) + 1)` | 3.77-4.24 | 5.16-5.24 | 5.12-5.70 |
 ///
 /// So: cheap expressions wide, ones with a transcendental or relu wide stores, and
-/// log, erf and GELU quads.
+/// log, erf and GELU quads. `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores` forces a
+/// form where it applies (quads otherwise), for such measurements
+/// (`examples/bench elementwise-ops`).
 fn suits(form: Form, ops: &[String]) -> bool {
     const NOT_WIDE: [&str; 12] =
         ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh", "relu"];
@@ -104,6 +106,14 @@ fn suits(form: Form, ops: &[String]) -> bool {
     let has = |names: &[&str]| names.iter().any(|n| ops.iter().any(|o| o == n));
     if cfg!(target_arch = "wasm32") {
         return true;
+    }
+    if let Ok(forced) = std::env::var("TESSERA_ELEMENTWISE_FORM") {
+        let name = match form {
+            Form::Quads => "quads",
+            Form::Wide => "wide",
+            Form::WideStores => "wide-stores",
+        };
+        return form == Form::Quads || forced == name;
     }
     match form {
         Form::Quads => true,
@@ -143,10 +153,9 @@ impl Lanes {
     /// The forms to try for `n` elements (a multiple of 4), widest first.
     fn for_len(n: usize, caps: &ShaderCaps) -> Vec<Lanes> {
         let wide = caps.wide_loads && n.is_multiple_of(8);
-        let wide_stores = std::env::var("TESSERA_WIDE_STORES").as_deref() != Ok("0");
         [Form::Wide, Form::WideStores, Form::Quads]
             .into_iter()
-            .filter(|&f| f == Form::Quads || (wide && (f == Form::Wide || wide_stores)))
+            .filter(|&f| f == Form::Quads || wide)
             .map(|form| Lanes { form, caps: *caps })
             .collect()
     }
