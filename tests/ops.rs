@@ -490,6 +490,27 @@ fn whole_quads_with_broadcast_rows() {
     });
 }
 
+/// i32, u32 and bool tensors of `n` values from one seed (ints in [-50, 50], their
+/// absolute values, and whether each is positive).
+fn int_inputs(n: usize, seed: u64, d: &Device) -> (Tensor, Tensor, Tensor) {
+    let ints: Vec<i32> = data(n, seed, -50.0, 50.0).iter().map(|v| *v as i32).collect();
+    let i = Tensor::from_slice(&ints, [n], d);
+    let u = Tensor::from_slice(&ints.iter().map(|v| v.unsigned_abs()).collect::<Vec<u32>>(), [n], d);
+    let m = Tensor::from_slice(&ints.iter().map(|v| u32::from(*v > 0)).collect::<Vec<u32>>(), [n], d).cast(DType::Bool);
+    (i, u, m)
+}
+
+/// `outputs(d, n)` checked as one kernel and each output alone, at lengths that are a
+/// multiple of 8, of 4 only, and neither.
+fn check_lengths(what: &str, outputs: impl Fn(&Device, usize) -> Vec<Tensor>) {
+    for n in [8usize, 16, 4104, 4100, 4099] {
+        check(&format!("{what} n={n}, one kernel"), |d| outputs(d, n));
+        for k in 0..outputs(&Device::reference(), n).len() {
+            check(&format!("{what} n={n}, output {k} alone"), |d| vec![outputs(d, n).swap_remove(k)]);
+        }
+    }
+}
+
 /// On CPU adapters with 64-bit integers, 32-bit values move eight per storage access
 /// (`vec4<u64>`, wide loads): each 32-bit dtype in and out, a bias row of 16 and a row
 /// of 12 (quads), several outputs in one kernel, and lengths that are a multiple of 8,
@@ -499,11 +520,7 @@ fn wide_loads_every_32_bit_dtype() {
     let outputs = |d: &Device, n: usize| {
         let x = rand_t(&[n], 41, -3.0, 3.0, d);
         let y = rand_t(&[n], 42, -3.0, 3.0, d);
-        let ints: Vec<i32> = data(n, 43, -50.0, 50.0).iter().map(|v| *v as i32).collect();
-        let i = Tensor::from_slice(&ints, [n], d);
-        let u = Tensor::from_slice(&ints.iter().map(|v| v.unsigned_abs()).collect::<Vec<u32>>(), [n], d);
-        let m =
-            Tensor::from_slice(&ints.iter().map(|v| u32::from(*v > 0)).collect::<Vec<u32>>(), [n], d).cast(DType::Bool);
+        let (i, u, m) = int_inputs(n, 43, d);
         vec![
             ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(),
             &i * &i - 3.0,
@@ -517,12 +534,7 @@ fn wide_loads_every_32_bit_dtype() {
             (&x * 4.0).cast(DType::I32) + &i,
         ]
     };
-    for n in [8usize, 16, 4104, 4100, 4099] {
-        check(&format!("wide loads n={n}, one kernel"), |d| outputs(d, n));
-        for k in 0..outputs(&Device::reference(), n).len() {
-            check(&format!("wide loads n={n}, output {k} alone"), |d| vec![outputs(d, n).swap_remove(k)]);
-        }
-    }
+    check_lengths("wide loads", outputs);
     check("wide loads, repeated rows", |d| {
         let z = rand_t(&[9, 16], 44, -3.0, 3.0, d);
         let r16 = rand_t(&[16], 45, -1.0, 1.0, d);
@@ -544,11 +556,7 @@ fn wide_stores_every_input_dtype() {
         let x = rand_t(&[n], 51, -3.0, 3.0, d);
         let y = rand_t(&[n], 52, -3.0, 3.0, d);
         let h = rand_t(&[n], 53, -3.0, 3.0, d).cast(DType::F16);
-        let ints: Vec<i32> = data(n, 54, -50.0, 50.0).iter().map(|v| *v as i32).collect();
-        let i = Tensor::from_slice(&ints, [n], d);
-        let u = Tensor::from_slice(&ints.iter().map(|v| v.unsigned_abs()).collect::<Vec<u32>>(), [n], d);
-        let m =
-            Tensor::from_slice(&ints.iter().map(|v| u32::from(*v > 0)).collect::<Vec<u32>>(), [n], d).cast(DType::Bool);
+        let (i, u, m) = int_inputs(n, 54, d);
         vec![
             x.exp() * &y,
             (h.cast(DType::F32) * 2.0).tanh(),
@@ -560,12 +568,7 @@ fn wide_stores_every_input_dtype() {
             x.silu() - &h.cast(DType::F32),
         ]
     };
-    for n in [8usize, 16, 4104, 4100, 4099] {
-        check(&format!("wide stores n={n}, one kernel"), |d| outputs(d, n));
-        for k in 0..outputs(&Device::reference(), n).len() {
-            check(&format!("wide stores n={n}, output {k} alone"), |d| vec![outputs(d, n).swap_remove(k)]);
-        }
-    }
+    check_lengths("wide stores", outputs);
     check("wide stores, repeated rows", |d| {
         let z = rand_t(&[10, 4], 55, -3.0, 3.0, d);
         let r4 = rand_t(&[4], 56, -1.0, 1.0, d);
