@@ -1095,7 +1095,9 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Abs if dt == DType::U32 => x.to_string(),
         UnaryOp::Abs => format!("abs({x})"),
         UnaryOp::Exp => format!("exp({x})"),
-        UnaryOp::Log => format!("select(log({x}), nan_f(), {x} < 0.0)"),
+        // NaN below 0 by OR-ing a NaN's bits in: a float select here folded into a wide
+        // store's packing on lavapipe (see `relu_f` in common.wgsl), 1.5x slower.
+        UnaryOp::Log => format!("bitcast<f32>(bitcast<u32>(log({x})) | select(0u, 0x7fc00000u, {x} < 0.0))"),
         UnaryOp::Sqrt => format!("select(sqrt({x}), nan_f(), {x} < 0.0)"),
         UnaryOp::Rsqrt => format!("select(1.0 / sqrt({x}), nan_f(), {x} < 0.0)"),
         UnaryOp::Sin => format!("sin({x})"),
