@@ -698,7 +698,7 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
         let y = Tensor::rand([n], 6, d) - 0.5;
         sync(d, &x);
         sync(d, &y);
-        let exprs: [(&str, &dyn Fn() -> Tensor); 9] = [
+        let exprs: [(&str, &dyn Fn() -> Tensor); 11] = [
             ("x*2+1", &|| &x * 2.0 + 1.0),
             ("exp", &|| x.exp()),
             ("sigmoid", &|| x.sigmoid()),
@@ -708,6 +708,8 @@ fn cases(d: &Device, args: &Args, want: &dyn Fn(&str) -> bool, rows: &mut Rows) 
             ("gelu", &|| x.gelu()),
             ("log(|x|+1)", &|| (x.abs() + 1.0).log()),
             ("x/(sqrt(|y|)+1e-8)", &|| &x / (y.abs().sqrt() + 1e-8)),
+            ("relu(x*2+1)", &|| (&x * 2.0 + 1.0).relu()),
+            ("relu(x)*y", &|| x.relu() * &y),
         ];
         for (name, f) in exprs {
             let (ms, cold) = time(args.seconds(), || sync(d, &f()));

@@ -90,23 +90,26 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 /// | `exp(x)` | 3.54 | 2.90-2.98 | 2.88-2.96 |
 /// | `sigmoid(x)` | 3.74-3.78 | 3.56-3.77 | 2.86 (5.82 once) |
 /// | `relu(x)` | 3.04-3.10 | 3.96-4.17 | 2.43-2.63 |
-/// | `relu(x + y)` | 4.32-4.42 | 2.94-3.13 | 3.59-3.79 |
+/// | `relu(x + y)` | 4.23-4.42 | 2.94-3.13 | 3.59-3.79 |
+/// | `relu(x * 2 + 1)` | 3.31 | 2.34-2.36 | 2.68-2.83 |
+/// | `relu(x) * y` | 4.19 | 3.01-3.05 | 3.65-3.76 |
 /// | `relu(tanh(exp(x*2+1))*x)` | 5.66-5.75 | 6.96-7.45 | 4.54-4.98 |
 /// | `gelu(x)` | 4.10-4.36 | 5.11-5.26 | 4.09-4.66 |
 /// | `log(abs(x) + 1)` | 4.20-4.21 | 3.88-3.92 | 3.37-3.48 |
 /// | `x / (sqrt(abs(y)) + 1e-8)` | 4.56-4.67 | 3.07-3.35 | 4.07-4.27 |
 ///
-/// So: cheap expressions wide, ones with a transcendental or relu wide stores, and
-/// erf and GELU quads. (`log` took 3.8-4.2, 5.2 and 5.1-5.7 ms while its NaN below 0
+/// So: cheap expressions wide (a relu among other ops too, but not a relu alone),
+/// ones with a transcendental wide stores, and erf and GELU quads. (`log` took 3.8-4.2, 5.2 and 5.1-5.7 ms while its NaN below 0
 /// was a float select; see `unary_expr`.)
 ///
 /// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores` forces a form where it applies
 /// (quads otherwise), for such measurements.
 fn suits(form: Form, ops: &[String]) -> bool {
-    const NOT_WIDE: [&str; 12] =
-        ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh", "relu"];
+    const TRANSCENDENTAL: [&str; 11] =
+        ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh"];
     const QUADS_FASTER: [&str; 3] = ["erf", "geluerf", "gelutanh"];
     let has = |names: &[&str]| names.iter().any(|n| ops.iter().any(|o| o == n));
+    let relu_alone = !ops.is_empty() && ops.iter().all(|o| o == "relu");
     if cfg!(target_arch = "wasm32") {
         return true;
     }
@@ -121,7 +124,7 @@ fn suits(form: Form, ops: &[String]) -> bool {
     match form {
         Form::Quads => true,
         Form::WideStores => !has(&QUADS_FASTER),
-        Form::Wide => !has(&NOT_WIDE),
+        Form::Wide => !has(&TRANSCENDENTAL) && !relu_alone,
     }
 }
 
@@ -607,6 +610,8 @@ mod tests {
             ("the chain", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), "wide stores"),
             ("two transcendentals", (&x * 2.0).exp().tanh(), "wide stores"),
             ("relu", x.relu(), "wide stores"),
+            ("relu after a product", (&x * 2.0).relu(), "wide"),
+            ("a repeated row, copied", row8.broadcast_to([4, 8]), "wide"),
             ("gelu", x.gelu(), "quads"),
             ("log", (&x + 1.0).log(), "wide stores"),
             ("one exp", (&x * 2.0 + 1.0).exp() * &x, "wide stores"),
