@@ -907,12 +907,17 @@ fn nan_propagates() {
         // log: NaN below 0 (and for a NaN), -inf at -0, 8 values so they too take wide stores.
         let l =
             Tensor::from_slice(&[neg_nan, f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0, 0.5, 2.0, -3.0], [8], d);
+        // sqrt and rsqrt: NaN below 0 (no -0, whose root's sign backends may differ on).
+        let r =
+            Tensor::from_slice(&[neg_nan, f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.25, 0.5, 2.0, -3.0], [8], d);
         vec![
             w.relu(),
             (&w * 2.0).relu(),
             (&w + &w.exp()).relu(),
             l.log(),
             (&l * 2.0).log() + 1.0,
+            r.sqrt(),
+            r.rsqrt(),
             z.max(&[0, 2], false),
             z.min(&[0, 2], false),
             z.sum(&[0, 2], false),

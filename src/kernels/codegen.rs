@@ -1088,6 +1088,13 @@ pub fn udiv_magic(d: u32) -> (u32, u32) {
     (magic, (l.max(1) - 1) << 1 | l.min(1))
 }
 
+/// `v`, or NaN where `x` is below 0 (WGSL leaves log and sqrt of a negative number
+/// undefined), by OR-ing a NaN's bits in: a float select against a NaN constant folded
+/// into a wide store's packing on lavapipe (see `relu_f` in common.wgsl), 1.5x slower.
+fn nan_below_zero(v: &str, x: &str) -> String {
+    format!("bitcast<f32>(bitcast<u32>({v}) | select(0u, 0x7fc00000u, {x} < 0.0))")
+}
+
 fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
     let float = dt.is_float();
     match u {
@@ -1095,11 +1102,9 @@ fn unary_expr(u: UnaryOp, x: &str, dt: DType) -> String {
         UnaryOp::Abs if dt == DType::U32 => x.to_string(),
         UnaryOp::Abs => format!("abs({x})"),
         UnaryOp::Exp => format!("exp({x})"),
-        // NaN below 0 by OR-ing a NaN's bits in: a float select here folded into a wide
-        // store's packing on lavapipe (see `relu_f` in common.wgsl), 1.5x slower.
-        UnaryOp::Log => format!("bitcast<f32>(bitcast<u32>(log({x})) | select(0u, 0x7fc00000u, {x} < 0.0))"),
-        UnaryOp::Sqrt => format!("select(sqrt({x}), nan_f(), {x} < 0.0)"),
-        UnaryOp::Rsqrt => format!("select(1.0 / sqrt({x}), nan_f(), {x} < 0.0)"),
+        UnaryOp::Log => nan_below_zero(&format!("log({x})"), x),
+        UnaryOp::Sqrt => nan_below_zero(&format!("sqrt({x})"), x),
+        UnaryOp::Rsqrt => nan_below_zero(&format!("1.0 / sqrt({x})"), x),
         UnaryOp::Sin => format!("sin({x})"),
         UnaryOp::Cos => format!("cos({x})"),
         UnaryOp::Tanh => format!("tanh_f({x})"),

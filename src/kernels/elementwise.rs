@@ -129,7 +129,7 @@ fn suits(form: Form, ops: &[String]) -> bool {
 }
 
 /// How a vector kernel moves values ([`Lanes`]).
-#[derive(Clone, Copy, PartialEq, Debug)]
+#[derive(Clone, Copy, PartialEq)]
 enum Form {
     /// A quad (4 values) per storage access, in the dtype's own vector.
     Quads,
@@ -175,6 +175,11 @@ impl Lanes {
     /// Whether the output stores eight values at a time (never in the npm package).
     fn wide_out(self) -> bool {
         !cfg!(target_arch = "wasm32") && self.form != Form::Quads
+    }
+
+    /// Whether each input loads as two quads (wide stores).
+    fn two_quads(self) -> bool {
+        self.wide_out() && !self.wide_in()
     }
 
     /// Values per invocation (per output vector).
@@ -250,7 +255,7 @@ impl Lanes {
                 _ => bits,
             };
         }
-        let a = match self.wide_out() && !self.wide_in() {
+        let a = match self.two_quads() {
             true => format!("a{k}_{}", c / 4),
             false => format!("a{k}"),
         };
@@ -284,7 +289,7 @@ impl Lanes {
                 Some(slot) => format!("in{k}[{v} % m({slot}u)]"),
                 None => format!("in{k}[{v}]"),
             };
-            if self.wide_out() && !self.wide_in() {
+            if self.two_quads() {
                 loads.push_str(&format!(
                     "    let a{k}_0 = {};\n    let a{k}_1 = {};\n",
                     at(&format!("(2u * {q})")),

@@ -117,10 +117,11 @@ pub struct ShaderCaps {
     /// lanes (0: no subgroup operations). The direct matmul then loads A once per
     /// subgroup (`matmul_direct_subgroup.wgsl`) where its rows per workgroup fit.
     pub subgroup_min: u32,
-    /// Element-wise kernels and f32 matmuls load (and store) eight 32-bit values at a
-    /// time, as `vec4<u64>` (64-bit integers, `SHADER_INT64`). For CPU adapters: lavapipe runs
-    /// every storage access as a loop over its SIMD lanes, so eight values per access
-    /// halve that cost per value.
+    /// Element-wise kernels, f32 matmuls and attention may move eight 32-bit values per
+    /// storage access, as `vec4<u64>` (64-bit integers, `SHADER_INT64`); element-wise
+    /// kernels with arithmetic may store so while loading quads (`elementwise::Form`).
+    /// For CPU adapters: lavapipe runs every storage access as a loop over its SIMD
+    /// lanes, so eight values per access halve that cost per value.
     pub wide_loads: bool,
 }
 
