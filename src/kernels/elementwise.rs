@@ -100,7 +100,8 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 ///
 /// So: cheap expressions wide (a relu among other ops too, but not a relu alone),
 /// ones with a transcendental wide stores, and erf and GELU quads. (`log` took 3.8-4.2,
-/// 5.2 and 5.1-5.7 ms while its NaN below 0 was a float select; see `unary_expr`.)
+/// 5.2 and 5.1-5.7 ms while its NaN below 0 was a float select; see
+/// `codegen::nan_below_zero`.)
 ///
 /// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores` forces a form where it applies
 /// (quads otherwise), for such measurements.
