@@ -148,6 +148,14 @@ fn gather_index_out_of_range() {
         let e = expect_err(&s);
         assert!(matches!(&e, Error::IndexOutOfRange { op: "index_select", index: -1, size: 4, .. }), "{e}");
         assert_here(&e, line);
+        // Rows gathered a quad at a time (a lookup plus a tensor): the same check.
+        let table = Tensor::from_slice(&(0..12).map(|v| v as f32).collect::<Vec<_>>(), [3, 4], &d);
+        let rows = Tensor::from_slice(&[2i32, 7, 0], [3], &d);
+        let line = line!() + 1;
+        let s = table.index_select(0, &rows) + &table;
+        let e = expect_err(&s);
+        assert!(matches!(&e, Error::IndexOutOfRange { op: "index_select", index: 7, size: 3, .. }), "{d} {e}");
+        assert_here(&e, line);
         // A good gather on the same device still works afterwards.
         let ok = Tensor::from_slice(&[2i32, 0], [2], &d);
         assert_eq!(x.index_select(0, &ok).to_vec_blocking::<f32>().unwrap(), vec![8., 9., 10., 11., 0., 1., 2., 3.]);

@@ -638,6 +638,41 @@ fn head_splits_read_by_quads() {
 }
 
 #[test]
+fn gathered_rows_read_by_quads() {
+    // Rows gathered along an outer axis, innermost axis a multiple of 4: the quad kernel
+    // reads one table quad per output quad (BERT's embeddings: three lookups, one
+    // broadcast over the batch; a lookup times a tensor at its own index; the middle
+    // axis of a 3-D table; ids computed in the kernel). For contrast, rows of 6 and a
+    // gather along the innermost axis (the scalar kernel).
+    check("gathered quads", |d| {
+        let (b, s, h) = (3, 5, 12);
+        let word = rand_t(&[50, h], 31, -1.0, 1.0, d);
+        let pos = rand_t(&[8, h], 32, -1.0, 1.0, d);
+        let tt = rand_t(&[2, h], 33, -1.0, 1.0, d);
+        let ids: Vec<i32> = (0..b * s).map(|k| ((k * 17 + 3) % 49) as i32).collect();
+        let ids = Tensor::from_slice(&ids, [b, s], d);
+        let types = Tensor::zeros([b, s], DType::I32, d);
+        let p = Tensor::arange(0.0, s as f64, 1.0, DType::I32, d);
+        let emb = |t: &Tensor, i: &Tensor| {
+            let mut shape = i.dims().to_vec();
+            shape.push(t.dims()[1]);
+            t.index_select(0, &i.flatten()).reshape(shape)
+        };
+        let x = rand_t(&[b, s, h], 34, -1.0, 1.0, d);
+        let cube = rand_t(&[4, 7, 8], 35, -1.0, 1.0, d);
+        let narrow = rand_t(&[50, 6], 36, -1.0, 1.0, d);
+        vec![
+            emb(&word, &ids) + emb(&pos, &p) + emb(&tt, &types),
+            emb(&word, &ids) * &x - emb(&tt, &types),
+            cube.index_select(1, &Tensor::from_slice(&[6i32, 0, 0, 3], [4], d)),
+            emb(&word, &(&ids + &Tensor::ones([b, s], DType::I32, d))),
+            emb(&narrow, &ids),
+            word.index_select(1, &Tensor::from_slice(&[3i32, 1], [2], d)),
+        ]
+    });
+}
+
+#[test]
 fn sibling_outputs_in_one_kernel() {
     // Element-wise results of one shape realised together share a kernel on a GPU
     // (over whole quads or element by element): every dtype in and out, a result read

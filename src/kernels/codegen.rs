@@ -156,10 +156,12 @@ pub(crate) struct Gen<'a> {
     /// `value_misread` is set if the expression reads it at another index.
     pub value_leaf: Option<(u64, String)>,
     pub value_misread: bool,
-    /// A leaf read as quads wherever it is read: its value is the `vec4<f32>` of the
-    /// 4 values from the (4-aligned) index (see [`Gen::quad_leaf`]). The caller makes
-    /// sure nothing but gathers lies between it and the expression's result.
-    pub quad_read: Option<u64>,
+    /// Leaves read as quads wherever they are read: each one's value is the
+    /// `vec4<f32>` of the 4 values from the (4-aligned) index (see [`Gen::quad_leaf`]).
+    /// The caller makes sure only what keeps the innermost coordinate (gathers along
+    /// other axes, reshapes and broadcasts that keep the innermost axis, adds and
+    /// multiplies of such values) lies between them and the expression's result.
+    pub quad_reads: std::collections::HashSet<u64>,
 }
 
 impl<'a> Gen<'a> {
@@ -202,7 +204,7 @@ impl<'a> Gen<'a> {
             binding_base: 2,
             value_leaf: None,
             value_misread: false,
-            quad_read: None,
+            quad_reads: Default::default(),
         }
     }
 
@@ -505,7 +507,7 @@ impl<'a> Gen<'a> {
             return v;
         }
         if !root && (self.is_leaf)(t) {
-            if self.quad_read == Some(t.id()) {
+            if self.quad_reads.contains(&t.id()) {
                 let l = self.linear(ix, t);
                 if let Some(k) = self.quad_leaf(t) {
                     return self.let_("v", format!("ld{k}q(({l}) >> 2u)"));

@@ -7,6 +7,7 @@ use super::{fold_groups, header, header_with_out, sources, storage_type, KernelS
 /// Outputs per invocation of an element-wise kernel (fewer workgroups to launch: on
 /// lavapipe a 1M-element chain runs about 1.5x faster with 4 than with 1).
 pub const EPT: u32 = 4;
+use crate::graph::{BinaryOp, Op};
 use crate::{DType, Result, Tensor};
 
 /// Render the kernel that materialises `root`. `is_leaf` says which nodes are read from
@@ -28,6 +29,9 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             if let Some(spec) = render_vectors(root, is_leaf, lanes)? {
                 return Ok(spec);
             }
+        }
+        if let Some(spec) = render_gathered_quads(root, is_leaf, caps)? {
+            return Ok(spec);
         }
     }
     let body = std::mem::take(&mut g.body);
@@ -327,6 +331,108 @@ impl Lanes {
     }
 }
 
+/// Rows gathered from f32 tables along an outer axis (an embedding lookup, or a sum of
+/// several: BERT's word, position and token-type rows), a quad at a time: every value
+/// on the way from the tables to the output keeps the innermost axis (a multiple of 4
+/// long), so a quad of the output reads one quad of each table row (`ld{k}q`), and the
+/// ids are read once per quad instead of once per element. The index expressions are
+/// evaluated as in the scalar kernel, bounds checks included. Native only (the npm
+/// package's size budget). `None` where the expression is not of that form.
+/// (lavapipe, MiniLM's embeddings for 32 x 22 tokens: 3.4 ms element by element.)
+fn render_gathered_quads(
+    root: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    caps: &ShaderCaps,
+) -> Result<Option<KernelSpec>> {
+    let d = root.dims().last().copied().unwrap_or(0);
+    let n = root.numel();
+    if cfg!(target_arch = "wasm32") || root.dtype() != DType::F32 || d == 0 || !d.is_multiple_of(4) || n == 0 {
+        return Ok(None);
+    }
+    let mut path = GatheredPath::default();
+    if !path.walk(root, d, is_leaf, true) || path.index_roots.is_empty() {
+        return Ok(None);
+    }
+    // The index expressions are evaluated per element; none may reach a quad value.
+    let mut seen = std::collections::HashSet::new();
+    if path.index_roots.iter().any(|t| path.reaches_values(t, is_leaf, &mut seen)) {
+        return Ok(None);
+    }
+    let mut g = Gen::new(*caps, is_leaf);
+    g.slot((n / 4) as u32); // meta[0]: quad count
+    g.quad_reads = path.tables;
+    let v = g.eval(root, &Ix::lin("i"), true);
+    if g.leaves.iter().any(|t| t.dtype().is_quantized()) {
+        return Ok(None);
+    }
+    let body = std::mem::take(&mut g.body);
+    let mut src = header_with_out(g.meta.len(), "vec4<f32>", g.uses_f16, caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(&format!("fn eval_out(i: u32) -> vec4<f32> {{\n{body}    return {v};\n}}\n"));
+    src.push_str("fn store_quad(q: u32) {\n    if (q >= m(0u)) { return; }\n    out[q] = eval_out(4u * q);\n}\n");
+    src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+    src.push_str(sources::ELEMENTWISE_VEC4);
+    let label = label(&g.ops);
+    let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
+    Ok(Some(g.finish(label, src, root, workgroups)))
+}
+
+/// What [`render_gathered_quads`] found under its root.
+#[derive(Default)]
+struct GatheredPath {
+    /// The leaves read as quads (f32 tables, or f32 tensors read at the output's index).
+    tables: std::collections::HashSet<u64>,
+    /// Every node whose value is a quad.
+    values: std::collections::HashSet<u64>,
+    /// The index tensors of the gathers, evaluated per element.
+    index_roots: Vec<Tensor>,
+}
+
+impl GatheredPath {
+    /// Whether `t` (innermost axis `d` long) is a quad value: an f32 leaf, an add,
+    /// subtract or multiply of two, a reshape or a broadcast that keeps the innermost
+    /// axis, or an `index_select` along another axis.
+    fn walk(&mut self, t: &Tensor, d: usize, is_leaf: &dyn Fn(&Tensor) -> bool, root: bool) -> bool {
+        if t.dtype() != DType::F32 || t.dims().last() != Some(&d) {
+            return false;
+        }
+        self.values.insert(t.id());
+        if !root && is_leaf(t) {
+            self.tables.insert(t.id());
+            return true;
+        }
+        let ins = &t.node().inputs;
+        match t.op() {
+            Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) => {
+                self.walk(&ins[0], d, is_leaf, false) && self.walk(&ins[1], d, is_leaf, false)
+            }
+            Op::Reshape | Op::Expand => self.walk(&ins[0], d, is_leaf, false),
+            Op::IndexSelect { axis } if axis + 1 < t.rank() => {
+                self.index_roots.push(ins[1].clone());
+                self.walk(&ins[0], d, is_leaf, false)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether evaluating `t` reads a node of [`GatheredPath::values`].
+    fn reaches_values(
+        &self,
+        t: &Tensor,
+        is_leaf: &dyn Fn(&Tensor) -> bool,
+        seen: &mut std::collections::HashSet<u64>,
+    ) -> bool {
+        if self.values.contains(&t.id()) {
+            return true;
+        }
+        if !seen.insert(t.id()) || is_leaf(t) {
+            return false;
+        }
+        t.node().inputs.iter().any(|i| self.reaches_values(i, is_leaf, seen))
+    }
+}
+
 /// Whether `t` moves as 32-bit words (and so fits a `vec4<u64>` eight at a time).
 fn is_32_bit(t: DType) -> bool {
     matches!(t, DType::F32 | DType::I32 | DType::U32 | DType::Bool)
@@ -591,6 +697,42 @@ mod tests {
         // Where a tensor may exceed a binding (window mode), the scalar kernel.
         let windowed = all_caps()[4];
         assert!(!source(&(xs.exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
+    }
+
+    #[test]
+    fn rows_gathered_along_an_outer_axis_take_the_quad_kernel() {
+        let d = Device::cpu();
+        let caps = all_caps()[0];
+        let table = Tensor::rand([10, 8], 1, &d);
+        let pos = Tensor::rand([4, 8], 2, &d);
+        let narrow = Tensor::rand([10, 6], 3, &d);
+        let x = Tensor::rand([2, 3, 8], 4, &d);
+        let ids = Tensor::from_slice(&[1i32, 9, 0, 4, 4, 2], [2, 3], &d);
+        crate::read_all_blocking(&[table.clone(), pos.clone(), narrow.clone(), x.clone(), ids.clone()])
+            .expect("realise");
+        let emb = |t: &Tensor, i: &Tensor| t.index_select(0, &i.flatten()).reshape([2, 3, t.dims()[1]]);
+        let p = Tensor::arange(0.0, 3.0, 1.0, DType::I32, &d);
+        let bert = emb(&table, &ids) + pos.index_select(0, &p).reshape([1, 3, 8]).broadcast_to([2, 3, 8]);
+        for (what, t, quads) in [
+            ("a lookup", emb(&table, &ids), true),
+            ("two lookups, one broadcast", bert, true),
+            ("a lookup times a tensor", emb(&table, &ids) * &x, true),
+            ("rows of 6", emb(&narrow, &ids), false),
+            (
+                "a gather along the innermost axis",
+                table.index_select(1, &Tensor::from_slice(&[1i32, 0], [2], &d)),
+                false,
+            ),
+            (
+                "ids read from a gathered value",
+                table.index_select(0, &emb(&table, &ids).cast(DType::I32).flatten()),
+                false,
+            ),
+            ("an exp over a lookup", emb(&table, &ids).exp(), false),
+        ] {
+            let src = source(&t, &caps);
+            assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");
+        }
     }
 
     #[test]

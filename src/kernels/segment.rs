@@ -75,7 +75,7 @@ fn render_segment_sum_quads(
     g.slot(d as u32);
     g.slot(values.dims()[0] as u32);
     g.slot(segments as u32);
-    g.quad_read = Some(table.id());
+    g.quad_reads.insert(table.id());
     let v = g.eval(values, &Ix::lin("i"), false);
     let value_body = g.take_function_body();
     let o = g.eval(offsets, &Ix::lin("j"), false);

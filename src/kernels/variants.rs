@@ -136,6 +136,10 @@ pub fn covering_graphs() -> Vec<Tensor> {
             .relu(),
         // A row of 8 repeated: wide loads (`ShaderCaps::wide_loads`) read it 8 at a time.
         (&Tensor::from_slice(&[0.5f32; 16], [2, 8], &d) + &fq.reshape([8])).abs(),
+        // Rows gathered a quad at a time (`render_gathered_quads`): a lookup plus a
+        // tensor at its own index, bounds-checked.
+        fq.index_select(0, &Tensor::from_slice(&[1i32, 0, 1], [3], &d))
+            - &Tensor::from_slice(&[0.5f32; 12], [3, 4], &d),
     ]);
     for src in [&fq, &hq, &iq, &uq, &mq] {
         for dt in [DType::F32, DType::F16, DType::I32, DType::U32, DType::Bool] {
@@ -434,6 +438,8 @@ mod tests {
                 .iter()
                 .all(|l| specs.iter().any(|s| s.label == *l));
             assert!(quad_rows || caps.max_binding == 0, "row writes a quad at a time are covered");
+            let gathered = specs.iter().any(|s| s.label.contains("index_select") && s.source.contains("fn store_quad"));
+            assert!(gathered || caps.max_binding == 0, "rows gathered a quad at a time are covered");
             let grouped = [
                 "row_writes(accumulate_rows,step_rows)_vec4",
                 "row_writes(accumulate_rows,accumulate_rows,step_rows)_vec4",
