@@ -1005,8 +1005,10 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Tanh => map1(&mut v, math::tanh),
                 UnaryOp::Sigmoid => map1(&mut v, sigmoid),
                 UnaryOp::Relu => map1(&mut v, |x| if x < 0.0 { 0.0 } else { x }),
-                UnaryOp::Erf => map1(&mut v, math::erf),
-                UnaryOp::GeluErf => map1(&mut v, |x| 0.5 * x * (1.0 + math::erf(x * std::f32::consts::FRAC_1_SQRT_2))),
+                UnaryOp::Erf => math::map1_inlined(&mut v, math::erf),
+                UnaryOp::GeluErf => {
+                    math::map1_inlined(&mut v, |x| 0.5 * x * (1.0 + math::erf(x * std::f32::consts::FRAC_1_SQRT_2)))
+                }
                 UnaryOp::GeluTanh => map1(&mut v, |x| {
                     let k = (2.0f32 / std::f32::consts::PI).sqrt();
                     0.5 * x * (1.0 + math::tanh(k * (x + 0.044715 * x * x * x)))
