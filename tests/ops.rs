@@ -738,7 +738,9 @@ fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide
     // ones several column blocks; M = 1 the GEMV shape.
     // K, M, N multiples of 4 take the vec4 direct kernel on CPU adapters.
-    let cases: [(&[usize], &[usize]); 15] = [
+    // The last two: the CPU backend's products in blocks of rows (C narrow) and of
+    // columns, each over three calls of at most 384 of depth.
+    let cases: [(&[usize], &[usize]); 17] = [
         (&[1, 1], &[1, 1]),
         (&[3, 17], &[17, 5]),
         (&[65, 33], &[33, 17]),
@@ -754,6 +756,8 @@ fn matmul_shapes() {
         (&[12, 8], &[8, 20]),
         (&[2, 3, 36, 44], &[44, 68]),
         (&[1, 16], &[2, 16, 300]),
+        (&[130, 800], &[800, 20]),
+        (&[5, 900], &[900, 70]),
     ];
     for (k, (a, b)) in cases.iter().enumerate() {
         let kd = a[a.len() - 1];
