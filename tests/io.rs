@@ -69,6 +69,42 @@ fn safetensors_every_dtype_loads() {
 }
 
 #[test]
+fn safetensors_values_load_bit_exact() {
+    // The file's bits on every device (loaded with no f64 in between on the GPU and
+    // the CPU backend): a quiet NaN with a payload, -0, subnormals, infinities, extremes;
+    // an odd count of f16 (padded on the GPU).
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    let f32_bits = [0x7fc0_1234u32, 0x8000_0000, 0x0000_0001, 0x7f80_0000, 0xff80_0000, 0x7f7f_ffff, 0x3fc0_0000];
+    let f16_bits = [0x7e01u16, 0x8000, 0x0001, 0x7c00, 0x3c00];
+    let i32s = [i32::MIN, -1, 0, i32::MAX];
+    let u32s = [u32::MAX, 0, 1 << 31];
+    let le = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (fb, hb): (Vec<u8>, Vec<u8>) = (le(&f32_bits), f16_bits.iter().flat_map(|x| x.to_le_bytes()).collect());
+    let (ib, ub): (Vec<u8>, Vec<u8>) = (i32s.iter().flat_map(|x| x.to_le_bytes()).collect(), le(&u32s));
+    let views = vec![
+        ("f", TensorView::new(Dtype::F32, vec![7], &fb).unwrap()),
+        ("h", TensorView::new(Dtype::F16, vec![5], &hb).unwrap()),
+        ("i", TensorView::new(Dtype::I32, vec![2, 2], &ib).unwrap()),
+        ("u", TensorView::new(Dtype::U32, vec![3], &ub).unwrap()),
+    ];
+    let bytes = safetensors::serialize(views, None).unwrap();
+    for d in common::devices() {
+        let f = st::load_bytes(&bytes, &d).unwrap();
+        let got: Vec<u32> = f.tensors["f"].to_vec_blocking::<f32>().unwrap().iter().map(|x| x.to_bits()).collect();
+        assert_eq!(got, f32_bits, "f32 on {d}");
+        let got: Vec<u16> =
+            f.tensors["h"].to_vec_blocking::<tessera::f16>().unwrap().iter().map(|x| x.to_bits()).collect();
+        assert_eq!(got, f16_bits, "f16 on {d}");
+        assert_eq!(f.tensors["i"].to_vec_blocking::<i32>().unwrap(), i32s, "i32 on {d}");
+        assert_eq!(f.tensors["u"].to_vec_blocking::<u32>().unwrap(), u32s, "u32 on {d}");
+        // And they compute: the f32 tensor's finite values doubled.
+        let doubled = (f.tensors["f"].narrow(0, 5, 2) * 2.0).to_vec_blocking::<f32>().unwrap();
+        assert_eq!(doubled, vec![f32::INFINITY, 3.0], "{d}");
+    }
+}
+
+#[test]
 fn safetensors_save_and_reload() {
     let d = dev();
     let dir = tempfile::tempdir().unwrap();

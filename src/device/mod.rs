@@ -581,6 +581,48 @@ impl Device {
     }
 
     /// Put GGUF blocks of `dtype` (Q8_0 or Q4_0) on this device, exactly.
+    /// [`Device::upload`] from little-endian `bytes` already in `dtype`'s storage layout
+    /// (f32, f16, i32, u32): the GPU and the CPU backend take them with no f64 in
+    /// between, so loading a model needs no transient twice its size. Other dtypes and
+    /// the reference device go through f64.
+    pub(crate) fn upload_le_bytes(&self, bytes: &[u8], shape: Shape, dtype: DType) -> Tensor {
+        let n = shape.numel();
+        let direct = matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+            && n.checked_mul(dtype.size_in_bytes()).is_some_and(|b| b <= bytes.len());
+        let storage = match &self.0.backend {
+            Backend::Gpu(g) if direct => {
+                let limit = self.capabilities().max_buffer_size;
+                let size = dtype.storage_bytes(n);
+                if size > limit {
+                    let e = Error::Limit {
+                        what: format!("a {dtype} tensor of shape {shape} ({size} bytes)"),
+                        needed: size,
+                        limit,
+                    };
+                    return Tensor::failed(e, dtype, self);
+                }
+                let used = &bytes[..n * dtype.size_in_bytes()];
+                let r = if used.len().is_multiple_of(4) {
+                    g.upload(used)
+                } else {
+                    let mut padded = used.to_vec();
+                    padded.resize(used.len().next_multiple_of(4), 0);
+                    g.upload(&padded)
+                };
+                match r {
+                    Ok(s) => Storage::Gpu(Arc::new(s)),
+                    Err(e) => return Tensor::failed(e, dtype, self),
+                }
+            }
+            Backend::Cpu if direct => match cpu::buffer::HostBuffer::from_le_bytes(dtype, bytes, n) {
+                Some(h) => Storage::Cpu(Arc::new(cpu::buffer::CpuBuffer::new(h, &self.0.counters))),
+                None => return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype),
+            },
+            _ => return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype),
+        };
+        Tensor::from_storage(storage, shape, dtype, self)
+    }
+
     pub(crate) fn upload_quantized(&self, blocks: &[u8], shape: Shape, dtype: DType) -> Tensor {
         let storage = match &self.0.backend {
             Backend::Gpu(g) => match g.upload(&crate::quant::blocks_to_gpu(dtype, blocks)) {

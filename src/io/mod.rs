@@ -59,10 +59,8 @@ pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
 
 /// A tensor from little-endian bytes already in `dtype`'s storage layout.
 pub(crate) fn tensor_from_le_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8], device: &Device) -> Tensor {
-    let n: usize = shape.iter().product();
     if dtype.is_quantized() {
         return Tensor::from_quantized(dtype, shape, bytes, device);
     }
-    let values = crate::dtype::decode(dtype, bytes, n);
-    device.upload(values, Shape(shape), dtype)
+    device.upload_le_bytes(bytes, Shape(shape), dtype)
 }

@@ -201,6 +201,24 @@ impl HostBuffer {
         }
     }
 
+    /// `n` elements of `dtype` from little-endian bytes in its storage layout, with no
+    /// f64 in between (a loaded model's tensors: one pass, no transient of twice their
+    /// size). `None` for Bool and the quantised dtypes.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8], n: usize) -> Option<HostBuffer> {
+        let w = dtype.size_in_bytes();
+        let b = bytes.get(..n.checked_mul(w)?)?;
+        let four = |c: &[u8]| [c[0], c[1], c[2], c[3]];
+        Some(match dtype {
+            DType::F32 => HostBuffer::F32(filled(b.chunks_exact(4).map(|c| f32::from_le_bytes(four(c))))),
+            DType::I32 => HostBuffer::I32(filled(b.chunks_exact(4).map(|c| i32::from_le_bytes(four(c))))),
+            DType::U32 => HostBuffer::U32(filled(b.chunks_exact(4).map(|c| u32::from_le_bytes(four(c))))),
+            DType::F16 => {
+                HostBuffer::F16(filled(b.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])))))
+            }
+            DType::Bool | DType::Q8_0 | DType::Q4_0 => return None,
+        })
+    }
+
     /// An output buffer of `dtype` for `n` elements, written by kernels, all zero.
     /// A large one is backed by huge pages where the OS allows (a table whose rows are
     /// gathered and scattered at random, [`super::memory`]).
