@@ -583,11 +583,13 @@ impl Device {
     /// Put GGUF blocks of `dtype` (Q8_0 or Q4_0) on this device, exactly.
     /// [`Device::upload`] from little-endian `bytes` already in `dtype`'s storage layout
     /// (f32, f16, i32, u32): the GPU and the CPU backend take them with no f64 in
-    /// between, so loading a model needs no transient twice its size. Other dtypes and
-    /// the reference device go through f64.
+    /// between, so loading a model needs no transient twice its size. Other dtypes, the
+    /// reference device and the browser's build go through f64.
     pub(crate) fn upload_le_bytes(&self, bytes: &[u8], shape: Shape, dtype: DType) -> Tensor {
         let n = shape.numel();
-        let direct = matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+        // Native only: the npm package's size budget (its files are small anyway).
+        let direct = !cfg!(target_arch = "wasm32")
+            && matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
             && n.checked_mul(dtype.size_in_bytes()).is_some_and(|b| b <= bytes.len());
         let storage = match &self.0.backend {
             Backend::Gpu(g) if direct => {
