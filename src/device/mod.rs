@@ -555,16 +555,8 @@ impl Device {
     /// device's buffer limits becomes a tensor carrying `Error::Limit`.
     #[track_caller]
     pub(crate) fn upload(&self, values: Vec<f64>, shape: Shape, dtype: DType) -> Tensor {
-        let bytes = dtype.storage_bytes(values.len());
-        // Buffers may exceed one storage binding: kernels that read them bind windows.
-        let limit = self.capabilities().max_buffer_size;
-        if bytes > limit {
-            let e = Error::Limit {
-                what: format!("a {dtype} tensor of shape {shape} ({bytes} bytes)"),
-                needed: bytes,
-                limit,
-            };
-            return Tensor::failed(e, dtype, self);
+        if let Some(failed) = self.over_limit(values.len(), &shape, dtype) {
+            return failed;
         }
         let storage = match &self.0.backend {
             Backend::Gpu(g) => match g.upload(&crate::dtype::encode(dtype, &values)) {
@@ -581,6 +573,18 @@ impl Device {
     }
 
     /// Put GGUF blocks of `dtype` (Q8_0 or Q4_0) on this device, exactly.
+    /// A tensor carrying `Error::Limit` when `n` elements of `dtype` exceed the device's
+    /// buffer limit (buffers may exceed one storage binding: kernels that read them bind
+    /// windows).
+    fn over_limit(&self, n: usize, shape: &Shape, dtype: DType) -> Option<Tensor> {
+        let bytes = dtype.storage_bytes(n);
+        let limit = self.capabilities().max_buffer_size;
+        (bytes > limit).then(|| {
+            let what = format!("a {dtype} tensor of shape {shape} ({bytes} bytes)");
+            Tensor::failed(Error::Limit { what, needed: bytes, limit }, dtype, self)
+        })
+    }
+
     /// [`Device::upload`] from little-endian `bytes` already in `dtype`'s storage layout
     /// (f32, f16, i32, u32): the GPU and the CPU backend take them with no f64 in
     /// between, so loading a model needs no transient twice its size. Other dtypes, the
@@ -591,18 +595,13 @@ impl Device {
         let direct = !cfg!(target_arch = "wasm32")
             && matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
             && n.checked_mul(dtype.size_in_bytes()).is_some_and(|b| b <= bytes.len());
+        if direct && !matches!(self.0.backend, Backend::Reference { .. }) {
+            if let Some(failed) = self.over_limit(n, &shape, dtype) {
+                return failed;
+            }
+        }
         let storage = match &self.0.backend {
             Backend::Gpu(g) if direct => {
-                let limit = self.capabilities().max_buffer_size;
-                let size = dtype.storage_bytes(n);
-                if size > limit {
-                    let e = Error::Limit {
-                        what: format!("a {dtype} tensor of shape {shape} ({size} bytes)"),
-                        needed: size,
-                        limit,
-                    };
-                    return Tensor::failed(e, dtype, self);
-                }
                 let used = &bytes[..n * dtype.size_in_bytes()];
                 let r = if used.len().is_multiple_of(4) {
                     g.upload(used)
