@@ -594,15 +594,17 @@ impl Device {
         // Native only: the npm package's size budget (its files are small anyway).
         let direct = !cfg!(target_arch = "wasm32")
             && matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
+            && matches!(self.0.backend, Backend::Gpu(_) | Backend::Cpu)
             && n.checked_mul(dtype.size_in_bytes()).is_some_and(|b| b <= bytes.len());
-        if direct && !matches!(self.0.backend, Backend::Reference { .. }) {
-            if let Some(failed) = self.over_limit(n, &shape, dtype) {
-                return failed;
-            }
+        if !direct {
+            return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype);
         }
+        if let Some(failed) = self.over_limit(n, &shape, dtype) {
+            return failed;
+        }
+        let used = &bytes[..n * dtype.size_in_bytes()];
         let storage = match &self.0.backend {
-            Backend::Gpu(g) if direct => {
-                let used = &bytes[..n * dtype.size_in_bytes()];
+            Backend::Gpu(g) => {
                 let r = if used.len().is_multiple_of(4) {
                     g.upload(used)
                 } else {
@@ -615,11 +617,10 @@ impl Device {
                     Err(e) => return Tensor::failed(e, dtype, self),
                 }
             }
-            Backend::Cpu if direct => match cpu::buffer::HostBuffer::from_le_bytes(dtype, bytes, n) {
+            _ => match cpu::buffer::HostBuffer::from_le_bytes(dtype, used, n) {
                 Some(h) => Storage::Cpu(Arc::new(cpu::buffer::CpuBuffer::new(h, &self.0.counters))),
                 None => return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype),
             },
-            _ => return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype),
         };
         Tensor::from_storage(storage, shape, dtype, self)
     }

@@ -361,10 +361,8 @@ fn render_gathered_quads(
     let mut g = Gen::new(*caps, is_leaf);
     g.slot((n / 4) as u32); // meta[0]: quad count
     g.quad_reads = path.tables;
+    // (`render` took this path only where no leaf is quantised.)
     let v = g.eval(root, &Ix::lin("i"), true);
-    if g.leaves.iter().any(|t| t.dtype().is_quantized()) {
-        return Ok(None);
-    }
     let body = std::mem::take(&mut g.body);
     let mut src = header_with_out(g.meta.len(), "vec4<f32>", g.uses_f16, caps);
     src.push_str(&g.leaf_decls());

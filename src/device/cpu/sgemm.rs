@@ -3,8 +3,8 @@
 //!
 //! Natively this is the `gemm` crate (packing, register-blocked micro-kernels for each
 //! x86 and Arm SIMD level chosen at run time, AVX-512 included), single-threaded per
-//! call, over blocks of C that we spread over rayon's threads ([`native`]). In wasm it is our own
-//! kernel on 128-bit SIMD, because the crate's wasm path reaches a fifth of what the
+//! call, over blocks of C that we spread over rayon's threads ([`native`]). In wasm it
+//! is our own kernel on 128-bit SIMD, because the crate's wasm path reaches a fifth of what the
 //! hardware allows: B is packed into panels of 8 columns, A into strips of 6 rows, and
 //! a 6 × 8 micro-kernel keeps its 12 accumulators in registers (V8 maps them to xmm
 //! registers). The blocked kernel is portable Rust over a 4-lane vector type, so the
@@ -91,10 +91,8 @@ unsafe fn native(
             }
         };
         // At least one call, so that an empty depth (k = 0) still writes C's zeros.
-        let mut k0 = 0;
-        loop {
+        for k0 in (0..k.max(1)).step_by(DEPTH) {
             let kk = DEPTH.min(k - k0);
-            let (first, dst_scale) = (k0 == 0, if k0 == 0 { 0.0 } else { 1.0 });
             // SAFETY: as above, for depth `k0 .. k0 + kk` of A's columns and B's rows.
             unsafe {
                 gemm::gemm(
@@ -104,24 +102,20 @@ unsafe fn native(
                     c,
                     1,
                     c_rs,
-                    !first,
+                    k0 > 0,
                     a.offset(k0 as isize * a_cs),
                     a_cs,
                     a_rs,
                     b.offset(k0 as isize * b_rs),
                     b_cs,
                     b_rs,
-                    dst_scale,
+                    if k0 > 0 { 1.0 } else { 0.0 },
                     alpha,
                     false,
                     false,
                     false,
                     gemm::Parallelism::None,
                 );
-            }
-            k0 += kk;
-            if k0 >= k {
-                break;
             }
         }
     };
