@@ -79,11 +79,14 @@ fn run() -> Result<(), String> {
     // then does not apply).
     let a_len = arg(&args, "--a-len", "0").parse::<usize>().unwrap_or(0);
     let out_len = arg(&args, "--out-len", "0").parse::<usize>().unwrap_or(0);
+    // `--b-len` sizes B for a kernel that rereads a window of it (a 64 KiB uniform B).
+    let b_len = arg(&args, "--b-len", "0").parse::<usize>().unwrap_or(0);
     let a = rnd(if a_len > 0 { a_len } else { mu * ku });
-    let b = rnd(ku * nu);
+    let b = rnd(if b_len > 0 { b_len } else { ku * nu });
     // B as stored: [K, N] or [N, K].
-    let b_stored: Vec<f32> =
-        if b_layout == "nk" { (0..nu * ku).map(|i| b[(i % ku) * nu + i / ku]).collect() } else { b.clone() };
+    let b_stored: Vec<f32> = if b_len > 0 {
+        b.clone()
+    } else if b_layout == "nk" { (0..nu * ku).map(|i| b[(i % ku) * nu + i / ku]).collect() } else { b.clone() };
     let params = [m, n, k, 0u32];
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let pbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -99,7 +102,8 @@ fn run() -> Result<(), String> {
     let bbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: None,
         contents: bytemuck::cast_slice(&b_stored),
-        usage,
+        // A kernel may bind a B of up to 64 KiB as a uniform buffer.
+        usage: if b_stored.len() * 4 <= 65536 { usage | wgpu::BufferUsages::UNIFORM } else { usage },
     });
     let cbytes = (if out_len > 0 { out_len } else { mu * nu } * 4) as u64;
     let cbuf =
@@ -226,7 +230,7 @@ fn run() -> Result<(), String> {
     // Check a sample of entries (every one for small products).
     let mut worst = 0f64;
     let step = ((mu * nu) / 20000).max(1);
-    let checked = if out_len > 0 || a_len > 0 { 0 } else { mu * nu };
+    let checked = if out_len > 0 || a_len > 0 || b_len > 0 { 0 } else { mu * nu };
     for idx in (0..checked).step_by(step).chain([checked.max(1) - 1]).filter(|_| checked > 0) {
         let (r, col) = (idx / nu, idx % nu);
         let want: f64 = (0..ku).map(|j| a[r * ku + j] as f64 * b[j * nu + col] as f64).sum();

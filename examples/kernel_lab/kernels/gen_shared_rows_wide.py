@@ -1,10 +1,17 @@
 """gen_shared_rows.py with B bound as vec4<u64> (SHADER_INT64): each load of B brings 8
 columns, so each lane owns 8 columns and a k-step costs 4 load loops for B per 8
 columns, not per 4. `python3 gen_shared_rows_wide.py 32 > /tmp/wide32.wgsl`, then run the
-lab with --const LANES=16 --bm 32 --bn 128 (BN = LANES * 8)."""
+lab with --const LANES=16 --bm 32 --bn 128 (BN = LANES * 8).
+
+`window` as a second argument rereads the first 32 rows of B (64 KiB at N = 512) for
+every k-step, and `uniform` does so from B bound as a uniform buffer (a 64 KiB
+`array<vec4<f32>, 4096>`), whose loads lavapipe gathers without a loop over the lanes:
+run both with --n 512 --b-len 16384 (the check then does not apply)."""
 import sys
 
 TM = int(sys.argv[1])
+B_MODE = sys.argv[2] if len(sys.argv) > 2 else "full"
+KSTEP = "(k4 % 8u)" if B_MODE in ("window", "uniform") else "k4"
 groups=(TM+7)//8
 s=f"""@group(0) @binding(0) var<uniform> params: array<vec4<u32>, 1>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
@@ -28,7 +35,11 @@ for i in range(TM):
     s+=f"    var acc{i} = vec4<f32>(0.0); var acd{i} = vec4<f32>(0.0);\n"
 s+="    for (var k4 = 0u; k4 < K4; k4 = k4 + 1u) {\n"
 for kk in range(4):
-    s+=f"        let w{kk} = in_b[cb + (4u * k4 + {kk}u) * N8];\n"
+    if B_MODE == "uniform":
+        s+=f"        let i{kk} = cb + (4u * {KSTEP} + {kk}u) * N8;\n"
+        s+=f"        let b{kk} = in_b[2u * i{kk}]; let d{kk} = in_b[2u * i{kk} + 1u];\n"
+        continue
+    s+=f"        let w{kk} = in_b[cb + (4u * {KSTEP} + {kk}u) * N8];\n"
     s+=f"        let b{kk} = vec4<f32>(lo(w{kk}.x), hi(w{kk}.x), lo(w{kk}.y), hi(w{kk}.y));\n"
     s+=f"        let d{kk} = vec4<f32>(lo(w{kk}.z), hi(w{kk}.z), lo(w{kk}.w), hi(w{kk}.w));\n"
 for g in range(groups):
@@ -42,4 +53,6 @@ s+="    }\n"
 for i in range(TM):
     s+=f"    if (row0 + {i}u < M) {{ let r = row0 + {i}u; for (var j = 0u; j < 4u; j = j + 1u) {{ if (c0 + j < N) {{ out[r * N + c0 + j] = acc{i}[j]; }} if (c0 + 4u + j < N) {{ out[r * N + c0 + 4u + j] = acd{i}[j]; }} }} }}\n"
 s+="}\n"
+if B_MODE == "uniform":
+    s=s.replace("var<storage, read> in_b: array<vec4<u64>>;", "var<uniform> in_b: array<vec4<f32>, 4096>;")
 print(s, end="")
