@@ -138,6 +138,12 @@ pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {
     /// One element from the bytes device storage holds for it ([`DType::size_in_bytes`]
     /// of them, little-endian; a bool as a `u32`).
     fn from_device_bytes(b: &[u8]) -> Self;
+    /// `data` as the bytes device storage holds for it, where that is its own memory
+    /// (f32, f16, i32 and u32 on a little-endian host): an upload then needs no copy.
+    fn device_bytes(data: &[Self]) -> Option<&[u8]> {
+        let _ = data;
+        None
+    }
 }
 
 /// `n` elements of `T` from device bytes, with no f64 in between (a readback of
@@ -163,6 +169,9 @@ impl Element for f32 {
     fn from_device_bytes(b: &[u8]) -> Self {
         f32::from_le_bytes(le4(b))
     }
+    fn device_bytes(data: &[Self]) -> Option<&[u8]> {
+        cfg!(target_endian = "little").then(|| bytemuck::cast_slice(data))
+    }
 }
 
 impl Element for f16 {
@@ -175,6 +184,9 @@ impl Element for f16 {
     }
     fn from_device_bytes(b: &[u8]) -> Self {
         f16::from_bits(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn device_bytes(data: &[Self]) -> Option<&[u8]> {
+        cfg!(target_endian = "little").then(|| bytemuck::cast_slice(data))
     }
 }
 
@@ -189,6 +201,9 @@ impl Element for i32 {
     fn from_device_bytes(b: &[u8]) -> Self {
         i32::from_le_bytes(le4(b))
     }
+    fn device_bytes(data: &[Self]) -> Option<&[u8]> {
+        cfg!(target_endian = "little").then(|| bytemuck::cast_slice(data))
+    }
 }
 
 impl Element for u32 {
@@ -201,6 +216,9 @@ impl Element for u32 {
     }
     fn from_device_bytes(b: &[u8]) -> Self {
         u32::from_le_bytes(le4(b))
+    }
+    fn device_bytes(data: &[Self]) -> Option<&[u8]> {
+        cfg!(target_endian = "little").then(|| bytemuck::cast_slice(data))
     }
 }
 

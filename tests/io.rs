@@ -105,6 +105,35 @@ fn safetensors_values_load_bit_exact() {
 }
 
 #[test]
+fn from_slice_uploads_bit_exact() {
+    // Host values on every device (natively with no f64 in between on the GPU and the
+    // CPU backend): the same bits as the file test above, bools, and an odd count of f16.
+    let f32s: Vec<f32> =
+        [0x7fc0_1234u32, 0x8000_0000, 0x0000_0001, 0x7f80_0000, 0x7f7f_ffff].map(f32::from_bits).to_vec();
+    let f16s: Vec<tessera::f16> = [0x7e01u16, 0x8000, 0x0001].map(tessera::f16::from_bits).to_vec();
+    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let bits16 = |v: &[tessera::f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for d in common::devices() {
+        let f = Tensor::from_slice(&f32s, [5], &d);
+        assert_eq!(bits32(&f.to_vec_blocking::<f32>().unwrap()), bits32(&f32s), "f32 on {d}");
+        let h = Tensor::from_slice(&f16s, [3], &d);
+        assert_eq!(bits16(&h.to_vec_blocking::<tessera::f16>().unwrap()), bits16(&f16s), "f16 on {d}");
+        let i = Tensor::from_slice(&[i32::MIN, -1, 0, i32::MAX], [2, 2], &d);
+        assert_eq!(i.to_vec_blocking::<i32>().unwrap(), [i32::MIN, -1, 0, i32::MAX], "i32 on {d}");
+        let u = Tensor::from_slice(&[u32::MAX, 0, 1 << 31], [3], &d);
+        assert_eq!(u.to_vec_blocking::<u32>().unwrap(), [u32::MAX, 0, 1 << 31], "u32 on {d}");
+        let b = Tensor::from_slice(&[true, false, true], [3], &d);
+        assert_eq!(b.to_vec_blocking::<bool>().unwrap(), [true, false, true], "bool on {d}");
+        // They compute, and a count that does not match the shape is still an error.
+        let doubled = (Tensor::from_slice(&[1.5f32, -2.0], [2], &d) * 2.0).to_vec_blocking::<f32>().unwrap();
+        assert_eq!(doubled, [3.0, -4.0], "{d}");
+        let ints = Tensor::from_slice(&[3i32, -4, 7], [3], &d).cast(DType::F32).sum_all();
+        assert_eq!(ints.to_vec_blocking::<f32>().unwrap(), [6.0], "{d}");
+        assert!(Tensor::from_slice(&[1.0f32, 2.0, 3.0], [2, 2], &d).to_vec_blocking::<f32>().is_err(), "{d}");
+    }
+}
+
+#[test]
 fn safetensors_save_and_reload() {
     let d = dev();
     let dir = tempfile::tempdir().unwrap();

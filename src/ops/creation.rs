@@ -21,6 +21,13 @@ impl Tensor {
                     loc,
                 ));
             }
+            // Natively, values stored as they are in memory go up with no f64 in
+            // between (the npm package's size budget keeps its build on the f64 path).
+            if !cfg!(target_arch = "wasm32") {
+                if let Some(bytes) = T::device_bytes(data) {
+                    return Ok(device.upload_le_bytes(bytes, shape.clone(), T::DTYPE));
+                }
+            }
             Ok(device.upload(data.iter().map(|v| v.to_f64()).collect(), shape.clone(), T::DTYPE))
         })();
         r.unwrap_or_else(|e| Tensor::failed(e, T::DTYPE, device))
