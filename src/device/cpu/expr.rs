@@ -986,6 +986,9 @@ fn sigmoid(x: f32) -> f32 {
 }
 
 /// One unary op over a chunk; `dt` is the node's dtype.
+// The long functions (tanh, erf, GELU) go to `map1_inlined` in `#[inline(always)]`
+// closures: as function items they ran out of line at the baseline's width.
+#[allow(clippy::redundant_closure)]
 pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
     match x {
         Vals::F(_) if u == UnaryOp::Not && dt == DType::Bool => {
@@ -1002,13 +1005,11 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Rsqrt => map1(&mut v, |x| 1.0 / x.sqrt()),
                 UnaryOp::Sin => map1(&mut v, f32::sin),
                 UnaryOp::Cos => map1(&mut v, f32::cos),
-                UnaryOp::Tanh => map1(&mut v, math::tanh),
+                UnaryOp::Tanh => math::map1_inlined(&mut v, #[inline(always)] |x| math::tanh(x)),
                 UnaryOp::Sigmoid => map1(&mut v, sigmoid),
                 UnaryOp::Relu => map1(&mut v, |x| if x < 0.0 { 0.0 } else { x }),
-                UnaryOp::Erf => math::map1_inlined(&mut v, math::erf),
-                UnaryOp::GeluErf => {
-                    math::map1_inlined(&mut v, |x| 0.5 * x * (1.0 + math::erf(x * std::f32::consts::FRAC_1_SQRT_2)))
-                }
+                UnaryOp::Erf => math::map1_inlined(&mut v, #[inline(always)] |x| math::erf(x)),
+                UnaryOp::GeluErf => math::map1_inlined(&mut v, #[inline(always)] |x| math::gelu_erf(x)),
                 UnaryOp::GeluTanh => map1(&mut v, |x| {
                     let k = (2.0f32 / std::f32::consts::PI).sqrt();
                     0.5 * x * (1.0 + math::tanh(k * (x + 0.044715 * x * x * x)))

@@ -80,14 +80,20 @@ pub fn map1<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
 
 #[inline(always)]
 fn map1_at<T: Copy>(level: Simd, v: &mut [T], f: impl Fn(T) -> T) {
-    at_level(level, || v.iter_mut().for_each(|x| *x = f(*x)))
+    at_level(
+        level,
+        #[inline(always)]
+        || v.iter_mut().for_each(#[inline(always)] |x| *x = f(*x)),
+    )
 }
 
-/// [`map1`] as a plain loop inlined into the level's `run_*`. For `erf` and GELU,
-/// whose bodies are long, `for_each` stays out of line and runs at the baseline's
-/// width: `bench elementwise-ops --devices cpu` (AVX-512 host), GELU over 4M f32 10.5
-/// against 4.3 ms. Shorter bodies vectorise better through `for_each` (`x*2+1` 1.05
-/// against 2.08 ms, the chain 4.2 against 5.6), so only those two take this.
+/// [`map1`] as a plain loop inlined into the level's `run_*`. For `tanh`, `erf` and
+/// GELU, whose bodies are long, `for_each` stays out of line and runs at the
+/// baseline's width: `bench elementwise-ops --devices cpu` (AVX-512 host), GELU over
+/// 4M f32 10.5 against 4.3 ms, and the chain `relu(tanh(exp(x*2+1))*x)` 11.5 against
+/// 4.6 once `exp` grew its subnormal path. Shorter bodies vectorise better through
+/// `for_each` (`x*2+1` 1.05 against 2.08 ms), so only those take this. Pass `f` as an
+/// `#[inline(always)]` closure (see [`gelu_erf`]).
 #[inline(always)]
 pub fn map1_inlined<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
     map1_inlined_at(simd(), v, f)
@@ -114,15 +120,26 @@ pub fn map2<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
 
 #[inline(always)]
 fn map2_at<T: Copy>(level: Simd, a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
-    at_level(level, || a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)))
+    at_level(
+        level,
+        #[inline(always)]
+        || a.iter_mut().zip(b).for_each(#[inline(always)] |(x, &y)| *x = f(*x, y)),
+    )
 }
 
 /// 1.5 · 2^23: adding and subtracting it rounds an f32 to the nearest integer.
 const ROUND: f32 = 12_582_912.0;
 
+/// 2^23: the subnormals' count of 2^-149 steps; added to a value below it, the sum's low
+/// mantissa bits are the value rounded to an integer.
+const SUBNORMAL_ULPS: f32 = 8_388_608.0;
+
 /// `e^x`: Cody–Waite reduction `x = n·ln 2 + r` and Cephes' degree-6 polynomial on `r`,
-/// scaled by `2^n` in two halves so that results below `2^-126` (subnormal) and above
-/// `2^127` (infinity) come out right. NaN stays NaN.
+/// scaled by `2^n` in two halves so that results above `2^127` come out infinite, and
+/// results below `2^-126` (subnormal) come out right without a multiply that makes a
+/// subnormal: x86 cores run those through a microcode assist, and exp over values below
+/// -87.3 (a masked softmax's entries, say) took 4x as long as over -20 to -10. NaN stays
+/// NaN.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     // Beyond these the result is 0 or infinity whatever the rounding.
@@ -133,12 +150,34 @@ pub fn exp(x: f32) -> f32 {
     let p =
         ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
     let y = p * z + r + 1.0;
-    // 2^n as two factors 2^h · 2^(n-h), each built from its exponent bits; the biased
-    // exponents (h + 127 and n - h + 127, within 1..254) are read out of the mantissa
-    // of `k + ROUND` rather than by an integer conversion, so the loop vectorises.
-    let h = (n * 0.5 + ROUND) - ROUND;
+    // 2^n built from its exponent bits, read out of the mantissa of `n + 127 + ROUND`
+    // rather than by an integer conversion, so the loop vectorises. One exponent field
+    // holds n from -125 to 127: past the top (n = 128) a factor 2 follows, and n = -126
+    // with y >= 1 (a normal result) takes 2^-125 then a half, so no lane's product is
+    // subnormal.
     let bits = |e: f32| f32::from_bits(((e + 127.0 + ROUND).to_bits().wrapping_sub(ROUND.to_bits())) << 23);
-    let v = y * bits(h) * bits(n - h);
+    let (low, high) = (n < -125.0, n > 127.0);
+    let nv = if low {
+        -125.0
+    } else if high {
+        127.0
+    } else {
+        n
+    };
+    let scale = if high {
+        2.0
+    } else if low & (y >= 1.0) {
+        0.5
+    } else {
+        1.0
+    };
+    let normal = y * bits(nv) * scale;
+    // A subnormal result (n <= -126) is q · 2^-149 with q = y · 2^(n+149) below 2^23: q
+    // rounded to an integer (ties to even, as the multiply would round) is its bit
+    // pattern.
+    let q = y * bits(if low { n } else { -126.0 } + 149.0);
+    let sub = f32::from_bits((q + SUBNORMAL_ULPS).to_bits().wrapping_sub(SUBNORMAL_ULPS.to_bits()));
+    let v = if low & (q < SUBNORMAL_ULPS) { sub } else { normal };
     // NaN in, NaN out (the clamp above turned it into a number).
     if x.is_nan() {
         x
@@ -186,7 +225,9 @@ pub fn erf(x: f32) -> f32 {
         * z
         + 1.0;
     let small = std::f32::consts::FRAC_2_SQRT_PI * x * s;
-    // Large: erfc(a) = t · exp(-a² + P(t)), t = 1 / (1 + a/2).
+    // Large: erfc(a) = t · exp(-a² + P(t)), t = 1 / (1 + a/2). Past 4, 1 - erfc rounds
+    // to 1 in f32, so a is held there: erfc stays normal (see `exp`), NaN stays NaN.
+    let a = if a > 4.0 { 4.0 } else { a };
     let t = 1.0 / (1.0 + 0.5 * a);
     let p = (((((((0.170_872_77 * t - 0.822_152_23) * t + 1.488_515_9) * t - 1.135_204) * t + 0.278_868_07) * t
         - 0.186_288_06)
@@ -203,6 +244,14 @@ pub fn erf(x: f32) -> f32 {
     } else {
         large
     }
+}
+
+/// GELU by `erf`: `x/2 · (1 + erf(x/√2))`. Callers pass it to [`map1_inlined`] in an
+/// `#[inline(always)]` closure: a function item goes through its `Fn::call` shim, which
+/// LLVM left out of line (scalar, 10x slower) once `erf` and `exp` grew.
+#[inline(always)]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[cfg(test)]
@@ -227,6 +276,33 @@ mod tests {
         assert!(super::exp(f32::NAN).is_nan() && super::erf(f32::NAN).is_nan());
         assert_eq!((super::erf(10.0), super::erf(-10.0), super::erf(0.0)), (1.0, -1.0, 0.0));
         assert!((super::erf(1e-6) - 1.128_379_2e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn subnormal_exp_results_are_the_multiplys() {
+        // Every f32 from -104 to -86: the subnormal results built from their bits equal
+        // `y · 2^h · 2^(n-h)` rounded by the multiply, as exp computed them before.
+        let by_multiplies = |x: f32| {
+            let n = (x * std::f32::consts::LOG2_E + super::ROUND) - super::ROUND;
+            let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+            let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+                + 0.166_666_65)
+                * r
+                + 0.5;
+            let y = p * (r * r) + r + 1.0;
+            let h = (n * 0.5 + super::ROUND) - super::ROUND;
+            let pow = |e: f32| f32::from_bits(((e + 127.0) as u32) << 23);
+            y * pow(h) * pow(n - h)
+        };
+        let (lo, hi) = ((-104.0f32).to_bits(), (-86.0f32).to_bits());
+        let mut subnormals = 0;
+        for b in (hi..=lo).step_by(3) {
+            let x = f32::from_bits(b);
+            let (got, want) = (super::exp(x), by_multiplies(x));
+            assert_eq!(got.to_bits(), want.to_bits(), "exp({x:e}): {got:e} against {want:e}");
+            subnormals += usize::from(got != 0.0 && !got.is_normal());
+        }
+        assert!(subnormals > 100_000, "{subnormals} subnormal results checked");
     }
 
     #[test]
@@ -268,10 +344,10 @@ mod levels {
             }
             // (Function items and closures, not pointers: inlined at the level's width.)
             let mut v = x.clone();
-            map1_inlined_at(level, &mut v, erf);
+            map1_inlined_at(level, &mut v, #[inline(always)] |x| erf(x));
             outs.push(bits(&v));
             let mut v = x.clone();
-            map1_inlined_at(level, &mut v, |x: f32| 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)));
+            map1_inlined_at(level, &mut v, #[inline(always)] |x| gelu_erf(x));
             outs.push(bits(&v));
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
