@@ -80,11 +80,7 @@ pub fn map1<T: Copy>(v: &mut [T], f: impl Fn(T) -> T) {
 
 #[inline(always)]
 fn map1_at<T: Copy>(level: Simd, v: &mut [T], f: impl Fn(T) -> T) {
-    at_level(
-        level,
-        #[inline(always)]
-        || v.iter_mut().for_each(#[inline(always)] |x| *x = f(*x)),
-    )
+    at_level(level, || v.iter_mut().for_each(|x| *x = f(*x)))
 }
 
 /// [`map1`] as a plain loop inlined into the level's `run_*`. For `tanh`, `erf` and
@@ -120,11 +116,7 @@ pub fn map2<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
 
 #[inline(always)]
 fn map2_at<T: Copy>(level: Simd, a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
-    at_level(
-        level,
-        #[inline(always)]
-        || a.iter_mut().zip(b).for_each(#[inline(always)] |(x, &y)| *x = f(*x, y)),
-    )
+    at_level(level, || a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)))
 }
 
 /// 1.5 · 2^23: adding and subtracting it rounds an f32 to the nearest integer.
@@ -156,6 +148,14 @@ pub fn exp(x: f32) -> f32 {
     // with y >= 1 (a normal result) takes 2^-125 then a half, so no lane's product is
     // subnormal.
     let bits = |e: f32| f32::from_bits(((e + 127.0 + ROUND).to_bits().wrapping_sub(ROUND.to_bits())) << 23);
+    if cfg!(target_arch = "wasm32") {
+        // The same bits by two multiplies (2^h · 2^(n-h)), subnormal ones included: the
+        // npm package's size budget leaves no room for the path below, inlined in every
+        // loop that calls exp.
+        let h = (n * 0.5 + ROUND) - ROUND;
+        let v = y * bits(h) * bits(n - h);
+        return if x.is_nan() { x } else { v };
+    }
     let (low, high) = (n < -125.0, n > 127.0);
     let nv = if low {
         -125.0
