@@ -89,13 +89,12 @@ pub(crate) fn matmul(out_dims: &[usize], a: &Operand, b: &Operand) -> Result<Hos
     let k = a.dims[r - 1];
     let batch = &out_dims[..r - 2];
     let count: usize = batch.iter().product();
-    let mut out = HostBuffer::zeros(DType::F32, count * m * n).into_f32();
-    if m == 0 || n == 0 || count == 0 {
-        return Ok(HostBuffer::F32(out));
+    if m == 0 || n == 0 || count == 0 || k == 0 {
+        return Ok(HostBuffer::zeros(DType::F32, count * m * n));
     }
-    if k == 0 {
-        return Ok(HostBuffer::F32(out));
-    }
+    // Every element is written (`sgemm` stores C, it does not add to it), so a
+    // recycled buffer is not zeroed first.
+    let mut out = HostBuffer::for_overwrite(DType::F32, count * m * n).into_f32();
     let (mut ao, mut bo) = (a.batch_offsets(batch), b.batch_offsets(batch));
     // One B for every batch and A's matrices back to back (a Linear layer over
     // [batch, seq, features]): one product of count·m rows, not count small ones.
