@@ -86,7 +86,11 @@ fn run() -> Result<(), String> {
     // B as stored: [K, N] or [N, K].
     let b_stored: Vec<f32> = if b_len > 0 {
         b.clone()
-    } else if b_layout == "nk" { (0..nu * ku).map(|i| b[(i % ku) * nu + i / ku]).collect() } else { b.clone() };
+    } else if b_layout == "nk" {
+        (0..nu * ku).map(|i| b[(i % ku) * nu + i / ku]).collect()
+    } else {
+        b.clone()
+    };
     let params = [m, n, k, 0u32];
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let pbuf = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {

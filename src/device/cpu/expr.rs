@@ -1005,11 +1005,23 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Rsqrt => map1(&mut v, |x| 1.0 / x.sqrt()),
                 UnaryOp::Sin => map1(&mut v, f32::sin),
                 UnaryOp::Cos => map1(&mut v, f32::cos),
-                UnaryOp::Tanh => math::map1_inlined(&mut v, #[inline(always)] |x| math::tanh(x)),
+                UnaryOp::Tanh => math::map1_inlined(
+                    &mut v,
+                    #[inline(always)]
+                    |x| math::tanh(x),
+                ),
                 UnaryOp::Sigmoid => map1(&mut v, sigmoid),
                 UnaryOp::Relu => map1(&mut v, |x| if x < 0.0 { 0.0 } else { x }),
-                UnaryOp::Erf => math::map1_inlined(&mut v, #[inline(always)] |x| math::erf(x)),
-                UnaryOp::GeluErf => math::map1_inlined(&mut v, #[inline(always)] |x| math::gelu_erf(x)),
+                UnaryOp::Erf => math::map1_inlined(
+                    &mut v,
+                    #[inline(always)]
+                    |x| math::erf(x),
+                ),
+                UnaryOp::GeluErf => math::map1_inlined(
+                    &mut v,
+                    #[inline(always)]
+                    |x| math::gelu_erf(x),
+                ),
                 UnaryOp::GeluTanh => map1(&mut v, |x| {
                     let k = (2.0f32 / std::f32::consts::PI).sqrt();
                     0.5 * x * (1.0 + math::tanh(k * (x + 0.044715 * x * x * x)))

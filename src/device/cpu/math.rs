@@ -285,8 +285,7 @@ mod tests {
         let by_multiplies = |x: f32| {
             let n = (x * std::f32::consts::LOG2_E + super::ROUND) - super::ROUND;
             let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-            let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-                + 0.166_666_65)
+            let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65)
                 * r
                 + 0.5;
             let y = p * (r * r) + r + 1.0;
@@ -344,10 +343,20 @@ mod levels {
             }
             // (Function items and closures, not pointers: inlined at the level's width.)
             let mut v = x.clone();
-            map1_inlined_at(level, &mut v, #[inline(always)] |x| erf(x));
+            map1_inlined_at(
+                level,
+                &mut v,
+                #[inline(always)]
+                |x| erf(x),
+            );
             outs.push(bits(&v));
             let mut v = x.clone();
-            map1_inlined_at(level, &mut v, #[inline(always)] |x| gelu_erf(x));
+            map1_inlined_at(
+                level,
+                &mut v,
+                #[inline(always)]
+                |x| gelu_erf(x),
+            );
             outs.push(bits(&v));
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
