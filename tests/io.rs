@@ -134,6 +134,22 @@ fn from_slice_uploads_bit_exact() {
 }
 
 #[test]
+fn tensor_data_with_too_few_bytes_is_an_error() {
+    // A GGUF tensor built by hand with fewer bytes than its shape: an error on every
+    // device, never a read past the end.
+    for d in common::devices() {
+        for (dtype, bytes) in [(DType::F32, 11), (DType::F16, 5)] {
+            let t = TensorData { name: "w".into(), shape: vec![3], dtype, data: vec![0; bytes] };
+            let e = t.to_tensor(&d).to_f64_vec_blocking().unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{dtype} on {d}: {e}");
+            assert!(e.to_string().contains(&format!("{bytes} bytes")), "{e}");
+        }
+        let ok = TensorData { name: "w".into(), shape: vec![3], dtype: DType::F16, data: vec![0; 6] };
+        assert_eq!(ok.to_tensor(&d).to_f64_vec_blocking().unwrap(), [0.0; 3], "{d}");
+    }
+}
+
+#[test]
 fn safetensors_save_and_reload() {
     let d = dev();
     let dir = tempfile::tempdir().unwrap();

@@ -589,13 +589,23 @@ impl Device {
     /// (f32, f16, i32, u32): the GPU and the CPU backend take them with no f64 in
     /// between, so loading a model needs no transient twice its size. Other dtypes, the
     /// reference device and the browser's build go through f64.
+    #[track_caller]
     pub(crate) fn upload_le_bytes(&self, bytes: &[u8], shape: Shape, dtype: DType) -> Tensor {
         let n = shape.numel();
+        // Fewer bytes than the shape needs (a `gguf::TensorData` built by hand, say): an
+        // error, not a decode past the end.
+        if !dtype.is_quantized() && n.checked_mul(dtype.size_in_bytes()).is_none_or(|b| b > bytes.len()) {
+            let e = Error::InvalidArgument {
+                op: "upload",
+                detail: format!("{} bytes for a {dtype} tensor of shape {shape}", bytes.len()),
+                location: std::panic::Location::caller(),
+            };
+            return Tensor::failed(e, dtype, self);
+        }
         // Native only: the npm package's size budget (its files are small anyway).
         let direct = !cfg!(target_arch = "wasm32")
             && matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::U32)
-            && matches!(self.0.backend, Backend::Gpu(_) | Backend::Cpu)
-            && n.checked_mul(dtype.size_in_bytes()).is_some_and(|b| b <= bytes.len());
+            && matches!(self.0.backend, Backend::Gpu(_) | Backend::Cpu);
         if !direct {
             return self.upload(crate::dtype::decode(dtype, bytes, n), shape, dtype);
         }
