@@ -597,7 +597,7 @@ impl Device {
         if !dtype.is_quantized() && n.checked_mul(dtype.size_in_bytes()).is_none_or(|b| b > bytes.len()) {
             let e = Error::InvalidArgument {
                 op: "upload",
-                detail: format!("{} bytes for a {dtype} tensor of shape {shape}", bytes.len()),
+                detail: format!("{} bytes for {n} {dtype} values", bytes.len()),
                 location: std::panic::Location::caller(),
             };
             return Tensor::failed(e, dtype, self);
