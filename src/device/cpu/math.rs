@@ -326,7 +326,6 @@ mod levels {
     use super::*;
 
     #[test]
-    // The closures as `unary` passes them (see `gelu_erf`).
     #[allow(clippy::redundant_closure)]
     fn every_simd_level_gives_the_same_bits() {
         // Inputs across the functions' ranges, with the special values.
@@ -343,23 +342,23 @@ mod levels {
                 map1_at(level, &mut v, f);
                 outs.push(bits(&v));
             }
-            // (Function items and closures, not pointers: inlined at the level's width.)
-            let mut v = x.clone();
-            map1_inlined_at(
-                level,
-                &mut v,
-                #[inline(always)]
-                |x| erf(x),
-            );
-            outs.push(bits(&v));
-            let mut v = x.clone();
-            map1_inlined_at(
-                level,
-                &mut v,
-                #[inline(always)]
-                |x| gelu_erf(x),
-            );
-            outs.push(bits(&v));
+            // The long functions as `unary` passes them: `#[inline(always)]` closures,
+            // inlined at the level's width.
+            macro_rules! inlined {
+                ($f:expr) => {{
+                    let mut v = x.clone();
+                    map1_inlined_at(
+                        level,
+                        &mut v,
+                        #[inline(always)]
+                        |x| $f(x),
+                    );
+                    outs.push(bits(&v));
+                }};
+            }
+            inlined!(tanh);
+            inlined!(erf);
+            inlined!(gelu_erf);
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
             outs.push(bits(&v));
