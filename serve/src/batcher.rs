@@ -1,8 +1,8 @@
 //! Dynamic batching: one worker thread per loaded version owns its model. Requests wait
 //! in a bounded queue; the worker takes the first, then gathers more until the batch
-//! holds `max_batch_size` items, `max_delay` has passed since the first, or the padded
-//! token count would pass `max_batch_tokens`; runs the batch as one realisation; and
-//! routes each row back. The async runtime only awaits a oneshot: GPU work never blocks
+//! holds `max_batch_size` items, `max_delay` has passed since the first, no request has
+//! arrived for `quiet` (a burst is over), or the padded token count would pass
+//! `max_batch_tokens`; runs the batch as one realisation; and routes each row back. The async runtime only awaits a oneshot: GPU work never blocks
 //! its threads. A lost device fails the batch with 503, then the worker recovers the
 //! device and reloads its model.
 
@@ -17,7 +17,13 @@ use tessera::{Device, Error};
 #[derive(Clone, Copy, Debug)]
 pub struct BatchConfig {
     pub max_batch_size: usize,
+    /// The longest a batch's first item waits for others.
     pub max_delay: Duration,
+    /// A batch closes sooner once no item has arrived for this long: a lone request
+    /// waits `quiet`, a burst that takes longer to arrive (clients answered together
+    /// send again together, over several milliseconds on a busy host) is one batch
+    /// instead of a full one and a remainder.
+    pub quiet: Duration,
     /// Padded tokens per batch (batch size times its longest sequence).
     pub max_batch_tokens: usize,
     /// Requests waiting at most; past it, submissions are refused (429).
@@ -205,12 +211,15 @@ impl Worker {
                     Err(_) => return, // closed and drained
                 },
             };
-            // The window opens when the first item arrived: one that already waited (the
-            // worker was busy) takes only what is queued now.
-            let until = first.0.enqueued + self.cfg.max_delay;
+            // The window opens when the first item arrived and closes `quiet` after the
+            // latest arrival, `max_delay` after the first at the latest: a first item
+            // that already waited (the worker was busy) takes only what is queued now.
+            let cap = first.0.enqueued + self.cfg.max_delay;
+            let mut latest = first.0.enqueued;
             let mut longest = first.1.cost;
             let mut batch = vec![first];
             while batch.len() < self.cfg.max_batch_size {
+                let until = cap.min(latest + self.cfg.quiet);
                 let wait = until.saturating_duration_since(Instant::now());
                 let job = if wait.is_zero() {
                     match self.rx.try_recv() {
@@ -223,6 +232,7 @@ impl Worker {
                         Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 };
+                latest = latest.max(job.enqueued);
                 let Some(item) = self.take(job) else { continue };
                 let l = longest.max(item.1.cost);
                 if (batch.len() + 1) * l > self.cfg.max_batch_tokens && !batch.is_empty() {

@@ -1,13 +1,14 @@
 //! `tessera-serve loadgen`: N concurrent clients for T seconds against servers on
 //! loopback, one sentence per request. Without `--url` it starts its own servers (this
-//! binary, on free loopback ports, sharing the default repository) and measures in one
+//! binary, on free loopback ports, sharing the default repository, with the batching
+//! options given to loadgen) and measures in one
 //! run: dynamic batching against `max_batch_size=1` (unique sentences, so every request
 //! misses the cache; the two alternate in `--rounds` rounds, so a change in the host's
 //! load falls on both), and a cold cache against a warm one (a fixed set of sentences,
 //! sent once to warm it). It prints throughput, p50/p90/p99 latency, the mean batch size
 //! and the cache hit rate, as a table or `--json`.
 
-use crate::Res;
+use crate::{Res, ServeArgs};
 use clap::Args;
 use serde_json::json;
 use std::io::BufRead;
@@ -126,10 +127,23 @@ impl Drop for Spawned {
     }
 }
 
-fn spawn(a: &LoadgenArgs, extra: &[&str]) -> Res<Spawned> {
+/// Start a server on a free port with loadgen's batching options, batches of at most
+/// `max_batch_size`.
+fn spawn(a: &LoadgenArgs, serve: &ServeArgs, max_batch_size: usize) -> Res<Spawned> {
     let exe = std::env::current_exe()?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["--port", "0"]).args(extra).stdout(std::process::Stdio::piped());
+    cmd.args(["--port", "0"]).stdout(std::process::Stdio::piped());
+    let batching = [
+        ("--max-batch-size", max_batch_size.to_string()),
+        ("--max-delay-ms", serve.max_delay_ms.to_string()),
+        ("--batch-quiet-ms", serve.batch_quiet_ms.to_string()),
+        ("--max-batch-tokens", serve.max_batch_tokens.to_string()),
+        ("--queue-capacity", serve.queue_capacity.to_string()),
+        ("--request-timeout-s", serve.request_timeout_s.to_string()),
+    ];
+    for (flag, value) in batching {
+        cmd.args([flag, value.as_str()]);
+    }
     if let Some(d) = &a.device {
         cmd.args(["--device", d]);
     }
@@ -242,7 +256,8 @@ async fn phase(
     p
 }
 
-pub fn run(a: LoadgenArgs) -> Res<()> {
+/// Run loadgen; the servers it starts take `serve`'s batching options.
+pub fn run(serve: ServeArgs, a: LoadgenArgs) -> Res<()> {
     if let Some(u) = &a.url {
         let host = reqwest::Url::parse(u)?.host_str().unwrap_or_default().to_string();
         if !matches!(host.as_str(), "127.0.0.1" | "localhost" | "::1" | "[::1]") {
@@ -266,7 +281,7 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         let url = match &a.url {
             Some(u) => u.clone(),
             None => {
-                batched = spawn(&a, &[])?;
+                batched = spawn(&a, &serve, serve.max_batch_size)?;
                 batched.url.clone()
             }
         };
@@ -278,7 +293,7 @@ pub fn run(a: LoadgenArgs) -> Res<()> {
         let _ = phase(&client, &url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
         // Batching on against max_batch_size=1, in alternating rounds.
         if a.url.is_none() {
-            let s = spawn(&a, &["--max-batch-size", "1"])?;
+            let s = spawn(&a, &serve, 1)?;
             wait_ready(&client, &s.url).await?;
             let _ = phase(&client, &s.url, &a.model, "warm-up", a.clients, 2.0, warm.clone()).await;
             unbatched = Some(s);

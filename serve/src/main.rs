@@ -66,8 +66,13 @@ pub struct ServeArgs {
     device: Option<String>,
     #[arg(long, default_value_t = 32, global = true)]
     max_batch_size: usize,
-    #[arg(long, default_value_t = 5, global = true)]
+    /// The longest a batch's first request waits for others.
+    #[arg(long, default_value_t = 20, global = true)]
     max_delay_ms: u64,
+    /// A batch closes once no request has arrived for this long (at most
+    /// `--max-delay-ms` after its first): a lone request waits this, a burst is one batch.
+    #[arg(long, default_value_t = 5, global = true)]
+    batch_quiet_ms: u64,
     /// Padded tokens per text batch (batch size times its longest sequence).
     #[arg(long, default_value_t = 8192, global = true)]
     max_batch_tokens: usize,
@@ -108,7 +113,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         None | Some(Cmd::Serve) => serve(cli.serve),
         Some(Cmd::Batch(b)) => batch::run(cli.serve, b),
-        Some(Cmd::Loadgen(l)) => loadgen::run(l),
+        Some(Cmd::Loadgen(l)) => loadgen::run(cli.serve, l),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -141,6 +146,7 @@ pub fn build_registry(a: &ServeArgs) -> Res<Arc<state::Registry>> {
     let batch = batcher::BatchConfig {
         max_batch_size: a.max_batch_size.max(1),
         max_delay: Duration::from_millis(a.max_delay_ms),
+        quiet: Duration::from_millis(a.batch_quiet_ms),
         max_batch_tokens: a.max_batch_tokens.max(1),
         queue_capacity: a.queue_capacity.max(1),
     };

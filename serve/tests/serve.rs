@@ -451,6 +451,43 @@ fn promote_rollback_and_an_automatic_canary_rollback_lose_no_request_under_load(
 }
 
 #[test]
+fn a_batch_closes_when_requests_stop_arriving_not_at_the_delay_cap() {
+    let repo = repo_with(&[]);
+    // A long cap and a short quiet period: three requests 100 ms apart are one batch that
+    // closes 600 ms after the last (under the old rule, a window of the cap, the two sent
+    // 3 s later would have joined them).
+    let s = Server::start(
+        repo.path(),
+        &["--device", "cpu", "--max-delay-ms", "20000", "--batch-quiet-ms", "600", "--cache-mb", "0"],
+    );
+    let t0 = Instant::now();
+    let handles: Vec<_> = [0u64, 100, 200, 3200, 3300]
+        .into_iter()
+        .enumerate()
+        .map(|(i, at)| {
+            let url = s.at("/v1/embeddings");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(at).saturating_sub(t0.elapsed()));
+                let r = client()
+                    .post(url)
+                    .json(&json!({ "model": "minilm", "input": format!("sentence {i} of a burst") }))
+                    .send()
+                    .expect("request");
+                assert_eq!(r.status(), 200);
+                r.headers()["x-batch-size"].to_str().unwrap().parse::<usize>().unwrap()
+            })
+        })
+        .collect();
+    let sizes: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(sizes, [3, 3, 3, 2, 2], "batch sizes per request");
+    // A lone request waits only the quiet period, not the 20 s cap.
+    let t = Instant::now();
+    let (status, _, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": "alone" }));
+    assert_eq!((status, h["x-batch-size"].to_str().unwrap()), (200, "1"));
+    assert!(t.elapsed() < Duration::from_secs(15), "a lone request waited for the cap: {:?}", t.elapsed());
+}
+
+#[test]
 fn sigterm_answers_every_accepted_request_then_exits_zero() {
     let repo = repo_with(&[]);
     let mut s = Server::start(repo.path(), &["--device", "cpu", "--max-batch-size", "4"]);
