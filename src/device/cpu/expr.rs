@@ -518,9 +518,7 @@ fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) 
         Idx::Range(..) | Idx::Runs(_) if r > 0 => {
             let ls = strides[r - 1];
             for (start, n) in idx.runs() {
-                for (s, l) in strided_runs(start, n, dims, offset, strides) {
-                    out.extend((0..l).map(|j| s + j * ls));
-                }
+                strided_runs(start, n, dims, offset, strides, |(s, l)| out.extend((0..l).map(|j| s + j * ls)));
             }
         }
         Idx::Range(..) | Idx::Runs(_) => out.extend(std::iter::repeat_n(offset, idx.len())),
@@ -540,19 +538,33 @@ fn strided_indices(idx: &Idx, dims: &[usize], offset: usize, strides: &[usize]) 
     out
 }
 
-/// The runs of [`strided_indices`] over `start..start + n`: `(first source index,
-/// length)` of each stretch along the innermost axis (whose stride the caller knows).
-fn strided_runs(start: usize, n: usize, dims: &[usize], offset: usize, strides: &[usize]) -> Vec<(usize, usize)> {
+/// The runs of [`strided_indices`] over `start..start + n`: `f((first source index,
+/// length))` for each stretch along the innermost axis (whose stride the caller knows).
+/// Called once per stretch of a chunk's index set, so it allocates nothing for ranks up
+/// to 8.
+fn strided_runs(
+    start: usize,
+    n: usize,
+    dims: &[usize],
+    offset: usize,
+    strides: &[usize],
+    mut f: impl FnMut((usize, usize)),
+) {
     let r = dims.len();
-    let mut c = vec![0usize; r];
-    crate::shape::unravel(start, dims, &mut c);
+    let (mut small, mut large) = ([0usize; 8], Vec::new());
+    let c: &mut [usize] = if r <= small.len() {
+        &mut small[..r]
+    } else {
+        large.resize(r, 0);
+        &mut large
+    };
+    crate::shape::unravel(start, dims, c);
     let mut acc = offset + c.iter().zip(strides).map(|(a, b)| a * b).sum::<usize>();
     let (last, ls) = (dims[r - 1], strides[r - 1]);
-    let mut out = Vec::with_capacity(n / last.max(1) + 2);
     let mut left = n;
     while left > 0 {
         let run = (last - c[r - 1]).min(left);
-        out.push((acc, run));
+        f((acc, run));
         left -= run;
         acc += run * ls;
         c[r - 1] += run;
@@ -565,7 +577,6 @@ fn strided_runs(start: usize, n: usize, dims: &[usize], offset: usize, strides: 
             acc += strides[d];
         }
     }
-    out
 }
 
 impl<'a> Evaluator<'a> {
@@ -717,14 +728,14 @@ impl<'a> Evaluator<'a> {
                         let ls = last.unwrap_or(1);
                         let mut runs = Vec::new();
                         for (s, l) in at.idx.runs() {
-                            for run in strided_runs(s, l, &node.dims, *offset, strides) {
+                            strided_runs(s, l, &node.dims, *offset, strides, |run| {
                                 // Stretches that touch merge only when they step by 1.
                                 if ls == 1 {
                                     push_run(&mut runs, run);
                                 } else {
                                     runs.push(run);
                                 }
-                            }
+                            });
                         }
                         let (lo, hi) = runs
                             .iter()
