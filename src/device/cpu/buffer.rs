@@ -84,6 +84,38 @@ pub(super) fn filled<T: Copy + Default>(values: impl ExactSizeIterator<Item = T>
     v
 }
 
+std::thread_local! {
+    /// Chunks' f32 vectors that were stored, kept for the thread's next loads: a chunk of
+    /// 8 KiB is past the C allocator's per-thread cache, and a malloc and free per load
+    /// and per store were a tenth of a product's epilogue.
+    static SPARE_F32: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty vector with room for `n` f32, from the thread's spares when one is large
+/// enough.
+pub(crate) fn spare_f32(n: usize) -> Vec<f32> {
+    SPARE_F32
+        .with(|s| {
+            let mut s = s.borrow_mut();
+            let i = s.iter().position(|v| v.capacity() >= n)?;
+            Some(s.swap_remove(i))
+        })
+        .unwrap_or_else(|| Vec::with_capacity(n))
+}
+
+/// Keep `v` for [`spare_f32`] (a few chunk-sized vectors per thread; others are freed).
+pub(crate) fn give_f32(mut v: Vec<f32>) {
+    if v.capacity() <= 4 * super::expr::CHUNK {
+        v.clear();
+        SPARE_F32.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < 8 {
+                s.push(v);
+            }
+        });
+    }
+}
+
 /// Values computed for a chunk of indices, in the compute type of their dtype.
 #[derive(Clone, Debug)]
 pub(crate) enum Vals {
@@ -308,7 +340,11 @@ impl HostBuffer {
     pub fn load_range(&self, start: usize, n: usize) -> Vals {
         let r = start..start + n;
         match self {
-            HostBuffer::F32(v) => Vals::F(v[r].to_vec()),
+            HostBuffer::F32(v) => {
+                let mut out = spare_f32(n);
+                out.extend_from_slice(&v[r]);
+                Vals::F(out)
+            }
             HostBuffer::F16(v) => {
                 let mut out = vec![0.0f32; n];
                 v[r].convert_to_f32_slice(&mut out);
@@ -324,9 +360,15 @@ impl HostBuffer {
     /// The elements of `runs` (first index, length), each run stepping by `stride`
     /// (1: a contiguous copy; 0: one element repeated), concatenated.
     pub fn load_runs(&self, runs: &[(usize, usize)], stride: usize) -> Vals {
-        fn go<T: Copy, U: Copy>(v: &[T], runs: &[(usize, usize)], stride: usize, f: impl Fn(T) -> U) -> Vec<U> {
-            let n = runs.iter().map(|r| r.1).sum();
-            let mut out = Vec::with_capacity(n);
+        let n = runs.iter().map(|r| r.1).sum();
+        // `out` is empty with room for the `n` values.
+        fn go<T: Copy, U: Copy>(
+            v: &[T],
+            runs: &[(usize, usize)],
+            stride: usize,
+            f: impl Fn(T) -> U,
+            mut out: Vec<U>,
+        ) -> Vec<U> {
             // Rows of a table gathered at random: start loading a few rows ahead.
             const AHEAD: usize = 16;
             // (wasm has no prefetch instruction: no such loop there.)
@@ -349,11 +391,11 @@ impl HostBuffer {
             out
         }
         match self {
-            HostBuffer::F32(v) => Vals::F(go(v, runs, stride, |x| x)),
-            HostBuffer::F16(v) => Vals::F(go(v, runs, stride, |x| x.to_f32())),
-            HostBuffer::I32(v) => Vals::I(go(v, runs, stride, |x| x)),
-            HostBuffer::U32(v) => Vals::U(go(v, runs, stride, |x| x)),
-            HostBuffer::Bool(v) => Vals::B(go(v, runs, stride, |x| x)),
+            HostBuffer::F32(v) => Vals::F(go(v, runs, stride, |x| x, spare_f32(n))),
+            HostBuffer::F16(v) => Vals::F(go(v, runs, stride, |x| x.to_f32(), spare_f32(n))),
+            HostBuffer::I32(v) => Vals::I(go(v, runs, stride, |x| x, Vec::with_capacity(n))),
+            HostBuffer::U32(v) => Vals::U(go(v, runs, stride, |x| x, Vec::with_capacity(n))),
+            HostBuffer::Bool(v) => Vals::B(go(v, runs, stride, |x| x, Vec::with_capacity(n))),
             HostBuffer::Quant(d, b) => {
                 let idx: Vec<usize> = runs.iter().flat_map(|&(s, l)| (0..l).map(move |j| s + j * stride)).collect();
                 Vals::F(idx.iter().map(|&i| dequant_at(*d, b, i)).collect())

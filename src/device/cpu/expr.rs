@@ -439,8 +439,14 @@ impl<'a> OutChunk<'a> {
     fn store(self, v: Vals) -> Result<()> {
         use half::slice::HalfFloatSliceExt;
         match (self, v) {
-            (OutChunk::F32(c), Vals::F(v)) => c.copy_from_slice(&v),
-            (OutChunk::F16(c), Vals::F(v)) => c.convert_from_f32_slice(&v),
+            (OutChunk::F32(c), Vals::F(v)) => {
+                c.copy_from_slice(&v);
+                super::buffer::give_f32(v);
+            }
+            (OutChunk::F16(c), Vals::F(v)) => {
+                c.convert_from_f32_slice(&v);
+                super::buffer::give_f32(v);
+            }
             (OutChunk::I32(c), Vals::I(v)) => c.copy_from_slice(&v),
             (OutChunk::U32(c), Vals::U(v)) => c.copy_from_slice(&v),
             (OutChunk::B(c), Vals::B(v)) => c.copy_from_slice(&v),
