@@ -94,6 +94,10 @@ std::thread_local! {
 /// An empty vector with room for `n` f32, from the thread's spares when one is large
 /// enough.
 pub(crate) fn spare_f32(n: usize) -> Vec<f32> {
+    // (Native only: the npm package's size budget.)
+    if cfg!(target_arch = "wasm32") {
+        return Vec::with_capacity(n);
+    }
     SPARE_F32
         .with(|s| {
             let mut s = s.borrow_mut();
@@ -105,7 +109,7 @@ pub(crate) fn spare_f32(n: usize) -> Vec<f32> {
 
 /// Keep `v` for [`spare_f32`] (a few chunk-sized vectors per thread; others are freed).
 pub(crate) fn give_f32(mut v: Vec<f32>) {
-    if v.capacity() <= 4 * super::expr::CHUNK {
+    if v.capacity() <= 4 * super::expr::CHUNK && cfg!(not(target_arch = "wasm32")) {
         v.clear();
         SPARE_F32.with(|s| {
             let mut s = s.borrow_mut();
