@@ -344,12 +344,21 @@ pub fn run(serve: ServeArgs, a: LoadgenArgs) -> Res<()> {
         (Some(x), Some(y)) => Some(x.throughput() / y.throughput().max(1e-9)),
         _ => None,
     };
+    // A hit's p50 alone, and among all the clients.
+    let hit_p50 = |name: &str| phases.iter().find(|p| p.name == name && p.ok > 0).map(|p| p.pct(0.5));
+    let hits = (hit_p50("warm cache, 1 client"), hit_p50("warm cache (all hits)"));
     if a.json {
         for p in &phases {
             println!("{}", p.json());
         }
         if let Some(r) = ratio {
             println!("{}", json!({ "batching_speedup": r, "per_round": per_round, "clients": a.clients }));
+        }
+        if let (Some(one), Some(all)) = hits {
+            println!(
+                "{}",
+                json!({ "cache_hit_p50_ms": { "one_client": one, "all_clients": all }, "clients": a.clients })
+            );
         }
     } else {
         println!("{} clients, one sentence per request, {} s per phase, model {}\n", a.clients, a.seconds, a.model);
@@ -376,6 +385,12 @@ pub fn run(serve: ServeArgs, a: LoadgenArgs) -> Res<()> {
             println!(
                 "\ndynamic batching: {r:.2}x the throughput of max_batch_size=1 (alternating rounds: {})",
                 rounds.join(", ")
+            );
+        }
+        if let (Some(one), Some(all)) = hits {
+            println!(
+                "a cache hit: p50 {one:.2} ms with one client; {all:.2} ms among {} clients, most of it waiting for a core",
+                a.clients
             );
         }
     }

@@ -656,6 +656,10 @@ fn loadgen_reports_batching_and_cache_phases() {
     }
     let speedup = rows.iter().find(|r| r["batching_speedup"].is_number()).unwrap_or_else(|| panic!("{text}"));
     assert_eq!(speedup["per_round"].as_array().map(Vec::len), Some(2), "{speedup}");
+    let hit = rows.iter().find(|r| r["cache_hit_p50_ms"].is_object()).unwrap_or_else(|| panic!("{text}"));
+    for k in ["one_client", "all_clients"] {
+        assert!(hit["cache_hit_p50_ms"][k].as_f64().is_some_and(|ms| ms > 0.0), "{hit}");
+    }
 }
 
 fn sha256_hex(path: &Path) -> String {
