@@ -387,7 +387,8 @@ fn two_tower(
 /// with ids drawn two ways: uniformly over the table (a larger table then has more
 /// distinct rows per batch: about 8,160 of 8,192 at 1,000,000 rows, 5,600 at 10,000),
 /// and uniformly over 10,000 rows spread across the table (the same rows touched per
-/// batch whatever the size: what isolates the table's size). Sizes are timed in alternating rounds; the median round counts.
+/// batch whatever the size: what isolates the table's size). Sizes are timed in
+/// alternating rounds; the median round counts.
 fn bench_sparse(dev: &Device, sizes: &[usize], timed_rounds: usize) -> Result<()> {
     #[derive(Module)]
     struct Net {

@@ -2,9 +2,9 @@
 //! in a bounded queue; the worker takes the first, then gathers more until the batch
 //! holds `max_batch_size` items, `max_delay` has passed since the first, no request has
 //! arrived for `quiet` (a burst is over), or the padded token count would pass
-//! `max_batch_tokens`; runs the batch as one realisation; and routes each row back. The async runtime only awaits a oneshot: GPU work never blocks
-//! its threads. A lost device fails the batch with 503, then the worker recovers the
-//! device and reloads its model.
+//! `max_batch_tokens`; runs the batch as one realisation; and routes each row back. The
+//! async runtime only awaits a oneshot: GPU work never blocks its threads. A lost device
+//! fails the batch with 503, then the worker recovers the device and reloads its model.
 
 use crate::model::{Input, Output, Prepared, Runner};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

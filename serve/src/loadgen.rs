@@ -1,8 +1,8 @@
 //! `tessera-serve loadgen`: N concurrent clients for T seconds against servers on
 //! loopback, one sentence per request. Without `--url` it starts its own servers (this
 //! binary, on free loopback ports, sharing the default repository, with the batching
-//! options given to loadgen) and measures in one
-//! run: dynamic batching against `max_batch_size=1` (unique sentences, so every request
+//! options given to loadgen) and measures in one run: dynamic batching against
+//! `max_batch_size=1` (unique sentences, so every request
 //! misses the cache; the two alternate in `--rounds` rounds, so a change in the host's
 //! load falls on both), and a cold cache against a warm one (a fixed set of sentences,
 //! sent once to warm it). It prints throughput, p50/p90/p99 latency, the mean batch size

@@ -86,8 +86,8 @@ pub(super) fn filled<T: Copy + Default>(values: impl ExactSizeIterator<Item = T>
 
 std::thread_local! {
     /// Chunks' f32 vectors that were stored, kept for the thread's next loads: a chunk of
-    /// 8 KiB is past the C allocator's per-thread cache, and a malloc and free per load
-    /// and per store were a tenth of a product's epilogue.
+    /// 8 KiB is past the C allocator's per-thread cache, and a malloc per load and a free
+    /// per store were about 6% of a `x.matmul(w) + b` product's profile.
     static SPARE_F32: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

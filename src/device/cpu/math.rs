@@ -84,10 +84,10 @@ fn map1_at<T: Copy>(level: Simd, v: &mut [T], f: impl Fn(T) -> T) {
 }
 
 /// [`map1`] as a plain loop inlined into the level's `run_*`. For `tanh`, `erf` and
-/// GELU, whose bodies are long, `for_each` stays out of line and runs at the
-/// baseline's width: `bench elementwise-ops --devices cpu` (AVX-512 host), GELU over
-/// 4M f32 10.5 against 4.3 ms, and the chain `relu(tanh(exp(x*2+1))*x)` 11.5 against
-/// 4.6 once `exp` grew its subnormal path. Shorter bodies vectorise better through
+/// GELU, whose bodies are long (`erf`'s was until its rational fit), `for_each` stayed
+/// out of line and ran at the baseline's width: `bench elementwise-ops --devices cpu`
+/// (AVX-512 host), GELU over 4M f32 10.5 against 4.3 ms, and the chain
+/// `relu(tanh(exp(x*2+1))*x)` 11.5 against 4.6 once `exp` grew its subnormal path. Shorter bodies vectorise better through
 /// `for_each` (`x*2+1` 1.05 against 2.08 ms), so only those take this. Pass `f` as an
 /// `#[inline(always)]` closure (see [`gelu_erf`]).
 #[inline(always)]
