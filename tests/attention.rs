@@ -9,7 +9,7 @@ use tessera::{DType, Device, Tensor};
 /// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
 /// The per-query kernel of CPU adapters takes two queries per lane past 32 (the last
 /// two cases: partial groups, rows of 5 and 10 vec4s, masks).
-const CASES: [(&[usize], usize, bool, u8); 12] = [
+const CASES: [(&[usize], usize, bool, u8); 13] = [
     (&[1, 2, 7, 32], 19, false, 0),
     (&[2, 3, 70, 64], 40, true, 0),
     (&[2, 1, 5, 128], 21, false, 1),
@@ -26,6 +26,9 @@ const CASES: [(&[usize], usize, bool, u8); 12] = [
     (&[1, 3, 20, 96], 70, true, 2),
     // f16 with an even head dim that is not a multiple of 4: scalar loads.
     (&[1, 2, 9, 6], 13, false, 1),
+    // Up to 24 keys on CPU adapters: the per-query kernel, two queries per lane, with a
+    // padding mask shared by the queries (each lane loads one key's bias of 8).
+    (&[2, 2, 40, 16], 20, false, 1),
 ];
 
 fn build(d: &Device, (qd, s, causal, mask): (&[usize], usize, bool, u8), dt: DType, seed: u64) -> Vec<Tensor> {

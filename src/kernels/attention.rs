@@ -43,8 +43,14 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         && std::env::var("TESSERA_ATTENTION_ROWS").as_deref() != Ok("0");
     // With subgroups of 8 lanes, heads of 8 to 128 (a multiple of 8) take the register-
     // tiled kernel (`attention_wide.wgsl`), which loads 8 values per access: f16 as a
-    // `vec4<u32>`, f32 as a `vec4<u64>` (wide loads).
+    // `vec4<u32>`, f32 as a `vec4<u64>` (wide loads). It walks keys 64 at a time, so
+    // up to 24 keys, where most of its work would be padding, the per-query kernel
+    // takes them (lavapipe, 32 x 12 heads of 32: 2.3 against 2.7 ms at 20 keys, 0.85
+    // against 1.9 ms at 10; 8 x 8 heads of 128 at 20 keys: 1.4 against 2.9 ms; at 32 to
+    // 48 keys the two were within noise of each other, from 64 the wide kernel wins).
+    // `TESSERA_ATTENTION_WIDE` = 0 or 1 forces the choice.
     let qkv = ins[0].dtype();
+    let forced = std::env::var("TESSERA_ATTENTION_WIDE").ok();
     let wide = per_row
         && caps.subgroup_min >= 8
         && d % 8 == 0
@@ -52,7 +58,11 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         && (qkv == DType::F16 || (qkv == DType::F32 && caps.wide_loads))
         && inputs[..3].iter().all(|t| t.dtype() == qkv)
         && inputs.get(3).is_none_or(|b| b.dtype() == DType::F32)
-        && std::env::var("TESSERA_ATTENTION_WIDE").as_deref() != Ok("0");
+        && match forced.as_deref() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => s > 24,
+        };
     let mut src = match quad_out {
         true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
         false => header(meta.len(), out_dt, uses_f16, caps),
@@ -127,10 +137,13 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
             "const D: u32 = {d}u;\nconst CAUSAL: bool = {causal};\nconst HAS_BIAS: bool = {has_bias};\n"
         ));
         // Two queries per lane halve the loads and shuffles per score (lavapipe, 12
-        // heads of 64 at sequence 512: 28 -> 19 ms; four gain nothing more).
+        // heads of 64 at sequence 512: 28 -> 19 ms; four gain nothing more). Fewer
+        // queries take fewer lanes: a multiple of 8 up to ROWS_PER_GROUP.
         let qpl = if t > ROWS_PER_GROUP { 2 } else { 1 };
-        src.push_str(&rows_kernel(d, shared, qpl));
-        (format!("{label}_rows{}_q{qpl}", if shared { "_sg" } else { "" }), ROWS_PER_GROUP * qpl)
+        let qg = if shared { t.next_multiple_of(8).clamp(8, ROWS_PER_GROUP) } else { ROWS_PER_GROUP };
+        let shared_bias = shared && has_bias && ins[3].dims()[r - 2] == 1;
+        src.push_str(&rows_kernel(d, shared, shared_bias, qg, qpl));
+        (format!("{label}_rows{}{qg}_q{qpl}", if shared { "_sg" } else { "" }), qg * qpl)
     } else {
         (label, tiled_kernel(d, causal, has_bias, &mut src))
     };
@@ -226,7 +239,10 @@ const ROWS_PER_GROUP: usize = 32;
 /// row and `subgroupShuffle` hands it to the others: one storage access per 8 vec4s,
 /// where lavapipe runs each access as a loop over the lanes. Every lane of a subgroup
 /// runs the same key loop, so the shuffles and `subgroupAny` see the whole subgroup.
-fn rows_kernel(d: usize, shared: bool, qpl: usize) -> String {
+/// With `shared_bias` (a bias that does not vary over queries, such as a padding mask)
+/// each lane loads the bias of one of 8 keys and the key loop takes it by shuffle: one
+/// access per 8 keys rather than one per key. A workgroup has `qg` lanes.
+fn rows_kernel(d: usize, shared: bool, shared_bias: bool, qg: usize, qpl: usize) -> String {
     let dv = d.div_ceil(4);
     // `f(u, c)` over each query u of the lane and each vec4 c of a row.
     let each = |f: &dyn Fn(usize, usize) -> String| {
@@ -252,7 +268,7 @@ fn rows_kernel(d: usize, shared: bool, qpl: usize) -> String {
     let raise = per_query(&|u| format!("{}s{u} > mx{u} + 8.0", if u > 0 { " || " } else { "" }));
     let raise = if shared { format!("subgroupAny({raise})") } else { raise };
     format!(
-        "const QG: u32 = {ROWS_PER_GROUP}u;
+        "const QG: u32 = {qg}u;
 const QPL: u32 = {qpl}u;
 @compute @workgroup_size(QG, 1, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{sl}) {{
@@ -273,13 +289,20 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let scale = inverseSqrt(f32(D));
     let z = vec4<f32>(0.0);
 {init}    let kbase = bh * S * D;
-    for (var j = 0u; j < S; j = j + 1u) {{
+    for (var j0 = 0u; j0 < S; j0 = j0 + 8u) {{
+{bias_block}    for (var j = j0; j < min(j0 + 8u, S); j = j + 1u) {{
         let row = kbase + j * D;
 {k}{dot}        if ({raise}) {{
 {rescale}        }}
 {v}{acc}    }}
+    }}
 {store}}}
 ",
+        bias_block = if shared_bias {
+            "    let bias8 = ld_bias(boff + min(j0 + own, S - 1u) * bs);\n"
+        } else {
+            ""
+        },
         sl = if shared { ", @builtin(subgroup_invocation_id) sl: u32" } else { "" },
         own = if shared { "let own = sl % 8u;" } else { "" },
         init = per_query(&|u| format!(
@@ -291,10 +314,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         k = row_vec4s("k"),
         dot = per_query(&|u| format!(
             "        var acc{u} = q{u}_0 * k0;\n{}        var s{u} = acc{u}.x + acc{u}.y + acc{u}.z + acc{u}.w;\n        \
-             if (HAS_BIAS) {{\n            s{u} = s{u} + ld_bias(boff{u} + j * bs);\n        }}\n        \
+             if (HAS_BIAS) {{\n            s{u} = s{u} + {bias};\n        }}\n        \
              // Masked scores are -1e30: a fully masked row averages its values.\n        \
              if (CAUSAL && i32(j) > last{u}) {{\n            s{u} = -1.0e30;\n        }}\n",
-            (1..dv).map(|c| format!("        acc{u} = fma(q{u}_{c}, k{c}, acc{u});\n")).collect::<String>()
+            (1..dv).map(|c| format!("        acc{u} = fma(q{u}_{c}, k{c}, acc{u});\n")).collect::<String>(),
+            bias = if shared_bias { "subgroupShuffle(bias8, j - j0)".to_string() } else { format!("ld_bias(boff{u} + j * bs)") },
         )),
         rescale = per_query(&|u| format!(
             "            let nm{u} = max(mx{u}, s{u});\n            let corr{u} = exp(mx{u} - nm{u});\n            \

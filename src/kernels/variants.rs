@@ -280,6 +280,21 @@ pub fn covering_graphs() -> Vec<Tensor> {
             false,
         ),
     ]);
+    // (CPU adapters with subgroups: past 24 keys the wide kernel, with a padding mask, a
+    // bias that varies over queries, and in f16; up to 24 the per-query kernel above.)
+    let kv30 = Tensor::rand([1, 2, 30, 8], 20, &d);
+    let keep30 = Tensor::rand([1, 1, 1, 30], 21, &d).gt_scalar(0.3);
+    out.extend([
+        Tensor::scaled_dot_product_attention_fused(&q, &kv30, &kv30, Some(&keep30), true),
+        Tensor::scaled_dot_product_attention_fused(&q, &kv30, &kv30, Some(&Tensor::rand([5, 30], 22, &d)), false),
+        Tensor::scaled_dot_product_attention_fused(
+            &q.cast(DType::F16),
+            &kv30.cast(DType::F16),
+            &kv30.cast(DType::F16),
+            None,
+            false,
+        ),
+    ]);
     // Quantisation on the device, from f32 and f16 with a fused expression.
     for q in DType::QUANTIZED {
         let x = Tensor::rand([3, 64], 14, &d);
