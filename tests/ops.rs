@@ -346,6 +346,8 @@ fn norms_match_the_reference() {
             x.layer_norm(Some(&w), Some(&b), 1e-5),
             x.rms_norm(Some(&w), 1e-6),
             (x.exp() * 0.1).layer_norm(None, Some(&b), 1e-3),
+            // A mean far from zero against the spread: no variance lost to cancellation.
+            (&x + 100.0).layer_norm(Some(&w), Some(&b), 1e-5),
             short.layer_norm(None, None, 1e-5),
             short.rms_norm(None, 1e-5),
             // Weight shaped [1, D]: the composition.

@@ -98,7 +98,10 @@ pub(crate) fn norm(
     par::chunks(&mut out, rows_per, |s, o| {
         let n = o.len();
         for (dst, src) in o.chunks_mut(d).zip(x[s..s + n].chunks(d)) {
-            let mean = if rms { 0.0 } else { src.iter().sum::<f32>() / d as f32 };
+            // The mean as the first value plus the mean offset from it: a sum of
+            // small offsets keeps its accuracy where the values sit far from zero.
+            let k = if rms { 0.0 } else { src[0] };
+            let mean = if rms { 0.0 } else { k + src.iter().map(|v| v - k).sum::<f32>() / d as f32 };
             let var = src.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
             let rstd = 1.0 / (var + eps).sqrt();
             for (j, (o, &v)) in dst.iter_mut().zip(src).enumerate() {
