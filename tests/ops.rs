@@ -87,6 +87,11 @@ fn unary_edge_values() {
         let x = Tensor::from_slice(&[0.0f32, -0.0, 1e-30, -1.0, 50.0, -50.0, 100.0, -100.0], [8], d);
         vec![x.tanh(), x.sigmoid(), x.exp(), x.relu(), x.silu(), x.gelu(), x.abs().sqrt(), x.sqrt(), x.log()]
     });
+    // erf and GELU past the fit's clamp at ±4, near 0, and NaN kept.
+    check("erf edges", |d| {
+        let x = Tensor::from_slice(&[0.0f32, -0.0, 1e-7, -3.9, 4.5, -20.0, f32::NAN, f32::INFINITY], [8], d);
+        vec![x.erf(), x.gelu()]
+    });
 }
 
 #[test]
