@@ -5,10 +5,8 @@
 // that E[c²] - E[c]² keeps its accuracy when the mean is large against the spread;
 // RMS norm takes k = 0), then the outputs. meta: [0] D, [1] rows, [2] eps (f32 bits).
 // The header defines RW, RMS, HAS_W, HAS_B and the quad loads `ld0q`, `ldwq` and
-// `ldbq`; `out` holds vec4s. The entry point and `store_row` come after this file:
-// with subgroups of 8 lanes, `store_row` loads each quad of the weight and bias once
-// per 8 lanes and shares it by shuffles (every lane runs to the end); otherwise each
-// lane loads them.
+// `ldbq`; `out` holds vec4s. The outputs (`store_row`) and the entry point come after
+// this file: `norm_store.wgsl`, or with subgroups of 8 lanes `norm_store_subgroup.wgsl`.
 
 fn affine(y: vec4<f32>, w: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
     var r = y;

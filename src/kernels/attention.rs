@@ -50,7 +50,6 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     // 48 keys the two were within noise of each other, from 64 the wide kernel wins).
     // `TESSERA_ATTENTION_WIDE` = 0 or 1 forces the choice.
     let qkv = ins[0].dtype();
-    let forced = std::env::var("TESSERA_ATTENTION_WIDE").ok();
     let wide = per_row
         && caps.subgroup_min >= 8
         && d % 8 == 0
@@ -58,7 +57,7 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         && (qkv == DType::F16 || (qkv == DType::F32 && caps.wide_loads))
         && inputs[..3].iter().all(|t| t.dtype() == qkv)
         && inputs.get(3).is_none_or(|b| b.dtype() == DType::F32)
-        && match forced.as_deref() {
+        && match std::env::var("TESSERA_ATTENTION_WIDE").ok().as_deref() {
             Some("0") => false,
             Some("1") => true,
             _ => s > 24,

@@ -70,6 +70,11 @@ pub mod sources {
     pub const NORM: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl"));
     pub const NORM_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows.wgsl"));
     pub const NORM_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_rows_vec4.wgsl"));
+    pub const NORM_STORE: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_store.wgsl"));
+    #[cfg(not(target_arch = "wasm32"))]
+    pub const NORM_STORE_SUBGROUP: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/norm_store_subgroup.wgsl"));
+    #[cfg(target_arch = "wasm32")]
+    pub const NORM_STORE_SUBGROUP: &str = "";
     pub const SOFTMAX_ROWS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows.wgsl"));
     pub const SOFTMAX_ROWS_VEC4: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax_rows_vec4.wgsl"));
     pub const SOFTMAX: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl"));

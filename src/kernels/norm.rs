@@ -42,11 +42,17 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let (kernel, suffix) =
         super::softmax::row_variant(per_row, quads, [sources::NORM_ROWS_VEC4, sources::NORM_ROWS, sources::NORM]);
     src.push_str(kernel);
-    // Quads: the entry point and `store_row`, sharing the affine's quads by shuffles
-    // where subgroups have 8 lanes (the workgroup's).
-    let shared = quads && caps.subgroup_min >= 8 && std::env::var("TESSERA_NORM_SHARED").as_deref() != Ok("0");
+    // Quads: the outputs and entry point (`norm_store.wgsl`), sharing the affine's quads
+    // by shuffles where subgroups have 8 lanes, the workgroup's (native only;
+    // `norm_store_subgroup.wgsl`). Lavapipe, MiniLM's layer norm over 640 rows of 384 in
+    // a batch of 32, median kernel time: 0.47-0.49 against 0.65 ms, with the single pass
+    // for both sums.
+    let shared = cfg!(not(target_arch = "wasm32"))
+        && quads
+        && caps.subgroup_min >= 8
+        && std::env::var("TESSERA_NORM_SHARED").as_deref() != Ok("0");
     if quads {
-        src.push_str(if shared { STORE_ROW_SHARED } else { STORE_ROW });
+        src.push_str(if shared { sources::NORM_STORE_SUBGROUP } else { sources::NORM_STORE });
     }
     let suffix = if shared { "_rows4_sg" } else { suffix };
     let label = format!("{}{suffix}", if rms { "rms_norm" } else { "layer_norm" });
@@ -54,70 +60,3 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let workgroups = fold_groups(groups, caps, &label)?;
     Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
 }
-
-/// `norm_rows_vec4.wgsl`'s entry point and outputs, each lane loading the weight and bias.
-const STORE_ROW: &str = "fn store_row(ok: bool, base: u32, D4: u32, m4: vec4<f32>, rstd: f32, own: u32) {
-    if (!ok) {
-        return;
-    }
-    for (var j = 0u; j < D4; j = j + 1u) {
-        var w = vec4<f32>(1.0);
-        var b = vec4<f32>(0.0);
-        if (HAS_W) {
-            w = ldwq(j);
-        }
-        if (HAS_B) {
-            b = ldbq(j);
-        }
-        out[base + j] = affine((ld0q(base + j) - m4) * rstd, w, b);
-    }
-}
-@compute @workgroup_size(RW, 1, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    norm_row(gid.x + gid.y * nwg.x * RW, 0u);
-}
-";
-
-/// The same with subgroups of 8 lanes: per 8 quads of the row, lane `own` loads quad
-/// `own` of the weight and bias, and `put` takes quad t from lane t. Lavapipe runs every
-/// storage load as a loop over the lanes, even where all lanes read one address, so this
-/// is one such loop per 8 quads instead of 8. (Lavapipe, MiniLM's layer norm over 640
-/// rows of 384 in a batch of 32, median kernel time: 0.47-0.49 against 0.65 ms, with the
-/// single pass for both sums in `norm_rows_vec4.wgsl`.)
-const STORE_ROW_SHARED: &str =
-    "fn put(ok: bool, i: u32, m4: vec4<f32>, rstd: f32, wl: vec4<f32>, bl: vec4<f32>, t: u32) {
-    let w = subgroupShuffle(wl, t);
-    let b = subgroupShuffle(bl, t);
-    if (ok) {
-        out[i] = affine((ld0q(i) - m4) * rstd, w, b);
-    }
-}
-fn store_row(ok: bool, base: u32, D4: u32, m4: vec4<f32>, rstd: f32, own: u32) {
-    for (var c = 0u; c < D4; c = c + 8u) {
-        let jj = min(c + own, D4 - 1u);
-        var wl = vec4<f32>(1.0);
-        var bl = vec4<f32>(0.0);
-        if (HAS_W) {
-            wl = ldwq(jj);
-        }
-        if (HAS_B) {
-            bl = ldbq(jj);
-        }
-        if (c + 8u <= D4) {
-            put(ok, base + c, m4, rstd, wl, bl, 0u); put(ok, base + c + 1u, m4, rstd, wl, bl, 1u);
-            put(ok, base + c + 2u, m4, rstd, wl, bl, 2u); put(ok, base + c + 3u, m4, rstd, wl, bl, 3u);
-            put(ok, base + c + 4u, m4, rstd, wl, bl, 4u); put(ok, base + c + 5u, m4, rstd, wl, bl, 5u);
-            put(ok, base + c + 6u, m4, rstd, wl, bl, 6u); put(ok, base + c + 7u, m4, rstd, wl, bl, 7u);
-        } else {
-            for (var t = 0u; t < D4 - c; t = t + 1u) {
-                put(ok, base + c + t, m4, rstd, wl, bl, t);
-            }
-        }
-    }
-}
-@compute @workgroup_size(RW, 1, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(subgroup_invocation_id) sl: u32) {
-    norm_row(gid.x + gid.y * nwg.x * RW, sl % 8u);
-}
-";
