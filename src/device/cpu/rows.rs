@@ -98,11 +98,13 @@ pub(crate) fn norm(
     par::chunks(&mut out, rows_per, |s, o| {
         let n = o.len();
         for (dst, src) in o.chunks_mut(d).zip(x[s..s + n].chunks(d)) {
-            // The mean as the first value plus the mean offset from it: a sum of
-            // small offsets keeps its accuracy where the values sit far from zero.
+            // One pass over offsets from the row's first value (none for RMS), as the
+            // WGSL kernel does: E[c²] - E[c]² keeps its accuracy where the values sit far
+            // from zero against their spread.
             let k = if rms { 0.0 } else { src[0] };
-            let mean = if rms { 0.0 } else { k + src.iter().map(|v| v - k).sum::<f32>() / d as f32 };
-            let var = src.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+            let (s, q) = src.iter().fold((0.0f32, 0.0f32), |(s, q), &v| (s + (v - k), q + (v - k) * (v - k)));
+            let (mc, ms) = (s / d as f32, q / d as f32);
+            let (mean, var) = if rms { (0.0, ms) } else { (k + mc, (ms - mc * mc).max(0.0)) };
             let rstd = 1.0 / (var + eps).sqrt();
             for (j, (o, &v)) in dst.iter_mut().zip(src).enumerate() {
                 let mut y = (v - mean) * rstd;
