@@ -159,3 +159,60 @@ fn the_reference_matches_the_unfused_composition() {
     let (g, w) = (&all[0], &all[1]);
     assert_close("reference vs composite", g, w, Tol { atol: 1e-6, rtol: 1e-5 });
 }
+
+/// The heads merged back after attention (`[b, h, s, d] -> [b, s, h * d]`), as a
+/// transformer does before its output projection: on wgpu the attention stores each
+/// quad where the permute sends it and the copy kernel is gone, one dispatch fewer.
+/// Against the reference on every device, over both CPU-adapter kernels (20 and 40
+/// keys), with a padding mask and causal; and where the attention's output is also read
+/// as it is, the copy stays.
+#[test]
+fn attention_stored_with_its_heads_merged_matches_the_reference() {
+    let cpu = Device::reference();
+    let build = |d: &Device, s: usize, causal: bool, also_raw: bool| {
+        let (b, h, hd) = (2, 3, 8);
+        let q = rand_t(&[b, h, s, hd], 1, -1.0, 1.0, d);
+        let k = rand_t(&[b, h, s, hd], 2, -1.0, 1.0, d);
+        let v = rand_t(&[b, h, s, hd], 3, -1.0, 1.0, d);
+        let keep: Vec<bool> = (0..b * s).map(|i| i % s < s - 1 - i / s).collect();
+        let m = Tensor::from_slice(&keep, [b, 1, 1, s], d);
+        let ctx = Tensor::scaled_dot_product_attention_fused(&q, &k, &v, Some(&m), causal);
+        let merged = ctx.permute(&[0, 2, 1, 3]).reshape([b, s, h * hd]);
+        let w = rand_t(&[5, h * hd], 4, -1.0, 1.0, d);
+        let mut out = vec![merged.clone(), merged.matmul(&w.t())];
+        if also_raw {
+            out.push(ctx * 2.0);
+        }
+        out
+    };
+    // On wgpu the attention and its heads' merge are one kernel; the CPU backend keeps
+    // the copy (its attention writes whole heads). Devices of this test's own, so that
+    // their counters see no other test's kernels.
+    for dev in
+        &common::private_gpu(tessera::DeviceOptions::default()).into_iter().chain([Device::cpu()]).collect::<Vec<_>>()
+    {
+        let (q, kv) = (rand_t(&[2, 3, 20, 8], 5, -1.0, 1.0, dev), rand_t(&[2, 3, 20, 8], 6, -1.0, 1.0, dev));
+        q.realize_blocking().unwrap();
+        kv.realize_blocking().unwrap();
+        let merged = Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, None, false).permute(&[0, 2, 1, 3]);
+        let before = dev.stats().kernels_dispatched;
+        merged.reshape([2, 20, 24]).realize_blocking().unwrap();
+        let kernels = dev.stats().kernels_dispatched - before;
+        assert_eq!(kernels, if dev.is_cpu() { 2 } else { 1 }, "attention then merged heads on {}", label(dev));
+    }
+    for (s, causal, also_raw) in [(20, false, false), (40, true, false), (20, false, true)] {
+        let want = tessera::read_all_blocking(&build(&cpu, s, causal, also_raw)).unwrap();
+        for dev in &attention_devices() {
+            common::record(dev);
+            let what = format!(
+                "attention with merged heads, {s} keys, causal {causal}, raw too {also_raw}, on {}",
+                label(dev)
+            );
+            let got =
+                tessera::read_all_blocking(&build(dev, s, causal, also_raw)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            for (g, w) in got.iter().zip(&want) {
+                assert_close(&what, g, w, Tol { atol: 2e-5, rtol: 1e-4 });
+            }
+        }
+    }
+}

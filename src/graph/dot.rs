@@ -54,8 +54,8 @@ pub fn graph_dot(targets: &[Tensor]) -> String {
 /// The same graph grouped into the kernels the scheduler would launch (with
 /// `implicit_gemm`, convolution windows inside the products that read them; element-wise
 /// epilogues inside their products, f16 ones with `f16_out`; with `siblings`, sibling
-/// outputs and row writes over the same rows in one kernel, as the wgpu backend runs
-/// them).
+/// outputs and row writes over the same rows in one kernel, and attentions stored with
+/// the moves over them, as the wgpu backend runs them).
 pub fn schedule_dot(
     targets: &[Tensor],
     max_inputs: usize,
@@ -66,6 +66,8 @@ pub fn schedule_dot(
     let mut sched = super::schedule::schedule_with(targets, max_inputs, u64::MAX, implicit_gemm);
     super::schedule::fuse_epilogues(&mut sched, targets, max_inputs, u64::MAX, f16_out);
     if siblings {
+        #[cfg(not(target_arch = "wasm32"))]
+        super::schedule::fuse_attention_stores(&mut sched, targets);
         super::schedule::group_siblings(&mut sched, max_inputs, u64::MAX);
         super::schedule::group_row_writes(&mut sched, max_inputs);
     }

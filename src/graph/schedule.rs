@@ -528,6 +528,76 @@ pub fn fuse_epilogues(s: &mut Schedule, targets: &[Tensor], max_inputs: usize, m
     s.kernels = kernels.into_iter().enumerate().filter(|(j, _)| !gone.contains(j)).map(|(_, k)| k).collect();
 }
 
+/// Attention stores (wgpu): an element-wise kernel that only moves an attention's
+/// output, through reshapes and permutes that keep each quad of its rows whole (the
+/// heads merged back, `[b, heads, s, d] -> [b, s, heads * d]`), where nothing else reads
+/// that output, becomes the attention's kernel (`product` is the attention node): the
+/// attention stores each quad where the permutes send it, and the copy and its buffer
+/// are gone. f32 only, head dims a multiple of 4; not for targets. (Native only: the
+/// npm package's size budget.)
+#[cfg(not(target_arch = "wasm32"))]
+pub fn fuse_attention_stores(s: &mut Schedule, targets: &[Tensor]) {
+    let targets: HashSet<u64> = targets.iter().map(|t| t.id()).collect();
+    let at: HashMap<u64, usize> = s.kernels.iter().enumerate().map(|(j, k)| (k.root.id(), j)).collect();
+    // How many unrealised nodes read each node.
+    let mut readers: HashMap<u64, usize> = HashMap::new();
+    for t in topo_order(&s.kernels.iter().map(|k| k.root.clone()).collect::<Vec<_>>()) {
+        for i in &t.node().inputs {
+            *readers.entry(i.id()).or_default() += 1;
+        }
+    }
+    let quads = |t: &Tensor| t.dims().last().is_some_and(|&d| d % 4 == 0);
+    let mut fused: Vec<(usize, usize)> = Vec::new();
+    for (j, k) in s.kernels.iter().enumerate() {
+        if k.kind != KernelKind::Elementwise || !k.siblings.is_empty() || k.root.dtype() != crate::DType::F32 {
+            continue;
+        }
+        // Down the chain of reshapes and permutes, each read only by the one above it,
+        // to the buffer under it.
+        let mut t = k.root.clone();
+        let (mut ok, mut permuted) = (true, false);
+        while matches!(t.op(), Op::Reshape | Op::Permute { .. }) {
+            if let Op::Permute { perm } = t.op() {
+                ok &= perm.last() == Some(&(perm.len() - 1));
+                permuted = true;
+            }
+            ok &= quads(&t) && (t.id() == k.root.id() || readers.get(&t.id()) == Some(&1));
+            let next = t.node().inputs[0].clone();
+            t = next;
+            if s.is_buffer(&t) {
+                break;
+            }
+        }
+        let Some(&m) = at.get(&t.id()) else { continue };
+        if !ok
+            || !permuted
+            || s.kernels[m].kind != KernelKind::Attention
+            || s.kernels[m].product.is_some()
+            || t.dtype() != crate::DType::F32
+            || !quads(&t)
+            || t.numel() != k.root.numel()
+            || targets.contains(&t.id())
+            || readers.get(&t.id()) != Some(&1)
+        {
+            continue;
+        }
+        fused.push((j, m));
+    }
+    if fused.is_empty() {
+        return;
+    }
+    let gone: HashSet<usize> = fused.iter().map(|&(_, m)| m).collect();
+    for &(j, m) in &fused {
+        let prod = s.kernels[m].root.clone();
+        s.materialised.remove(&prod.id());
+        let k = &mut s.kernels[j];
+        k.kind = KernelKind::Attention;
+        k.product = Some(prod);
+    }
+    let kernels = std::mem::take(&mut s.kernels);
+    s.kernels = kernels.into_iter().enumerate().filter(|(j, _)| !gone.contains(j)).map(|(_, k)| k).collect();
+}
+
 /// Most roots one multi-output element-wise kernel computes.
 pub const MAX_SIBLINGS: usize = 6;
 

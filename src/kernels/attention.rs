@@ -7,8 +7,11 @@ use crate::{DType, Error, Result, Tensor};
 /// Largest head dim the fused kernel takes (q and the output row live in registers).
 pub const MAX_HEAD_DIM: usize = 128;
 
-/// Render the attention producing `root` from its operands' buffers `(q, k, v, bias)`.
-pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
+/// Render the attention producing `root` from its operands' buffers `(q, k, v, bias)`;
+/// with `moved`, the reshapes and permutes over `root` that the kernel stores through
+/// (`graph::schedule::fuse_attention_stores`: quads of f32 rows kept whole), whose
+/// result is the kernel's output.
+pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<KernelSpec> {
     let ins = &root.node().inputs;
     let r = root.rank();
     let (t, d) = (ins[0].dims()[r - 2], ins[0].dims()[r - 1]);
@@ -35,6 +38,30 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let uses_f16 = inputs.iter().any(|i| i.dtype() == DType::F16) || out_dt == DType::F16;
     // An f32 output whose rows are 4-aligned is bound as quads, stored a vec4 at a time.
     let quad_out = d % 4 == 0 && out_dt == DType::F32;
+    // Stored through moves: `dst(i)`, where they send element i (slots after the meta).
+    #[cfg(target_arch = "wasm32")]
+    let dst: Option<String> = moved.and(None);
+    #[cfg(not(target_arch = "wasm32"))]
+    let dst = match moved {
+        Some(m) if quad_out => {
+            let keep = |_: &Tensor| true;
+            let mut g = super::codegen::Gen::new(*caps, &keep);
+            for &w in &meta {
+                g.slot(w);
+            }
+            let at = super::matmul::store_index(&mut g, m, root);
+            let body = g.take_function();
+            meta = g.meta.clone();
+            Some(format!("{}fn dst(i: u32) -> u32 {{\n{body}    return {at};\n}}\n", g.support(0)))
+        }
+        Some(_) => {
+            return Err(Error::Gpu {
+                context: "attention".into(),
+                message: "stores through moves only as f32 quads".into(),
+            })
+        }
+        None => None,
+    };
     // CPU adapters: one invocation per query, no workgroup memory or barriers. (Native
     // only: measured on lavapipe, not on the browser's SwiftShader, and the wasm build
     // has a size budget.)
@@ -108,7 +135,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         // Referenced in a branch HAS_BIAS removes; WGSL still needs a definition.
         src.push_str("fn ld_bias(i: u32) -> f32 { return 0.0; }\n");
     }
-    src.push_str(&store_fn(out_dt, caps, quad_out));
+    src.push_str(&store_fn(out_dt, caps, quad_out, dst.is_some()));
+    src.push_str(dst.as_deref().unwrap_or_default());
     src.push_str(BIAS_HEAD_OFFSET);
     let bh: usize = lead.iter().product();
     let label = format!(
@@ -155,7 +183,8 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
     }
     let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
-    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
+    let label = if dst.is_some() { format!("{label}_moved") } else { label };
+    Ok(KernelSpec::hand_written(label, src, meta, inputs, moved.unwrap_or(root), workgroups, false))
 }
 
 /// WGSL `bias_head_offset(bh, nb)`: where the bias of (batch, head) `bh` starts, from
@@ -212,8 +241,9 @@ fn wide_rows(t: usize, heads: usize, d: usize) -> usize {
 /// fallback, where D is even; one quad for an f32 output bound as quads, D % 4 == 0).
 /// Rows are stored a vec4 at a time: passing the whole row array to a function made
 /// llvmpipe's GL compiler take minutes.
-fn store_fn(dt: DType, caps: &ShaderCaps, quad: bool) -> String {
+fn store_fn(dt: DType, caps: &ShaderCaps, quad: bool, moved: bool) -> String {
     let body = match dt {
+        _ if quad && moved => "    out[dst(base + 4u * c) >> 2u] = v;\n",
         _ if quad => "    out[(base >> 2u) + c] = v;\n",
         DType::F16 if !caps.native_f16 => {
             "    let w = (base + 4u * c) / 2u;\n    out[w] = pack2x16float(v.xy);\n    if (4u * c + 2u < D) {\n        out[w + 1u] = pack2x16float(v.zw);\n    }\n"

@@ -258,7 +258,7 @@ fn keeps_quads(root: &Tensor, base: &Tensor) -> bool {
 /// Where `root` (reshapes and permutes over `base`) holds `base`'s element `i`: its
 /// linear index, followed up the chain (a reshape keeps it, a permute moves the
 /// coordinates), with every shape from meta slots so one shader serves all sizes.
-fn store_index(g: &mut Gen, root: &Tensor, base: &Tensor) -> String {
+pub(super) fn store_index(g: &mut Gen, root: &Tensor, base: &Tensor) -> String {
     let mut chain = Vec::new();
     let mut t = root.clone();
     while t.id() != base.id() {

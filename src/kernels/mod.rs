@@ -272,6 +272,9 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
     let mut sched = crate::graph::schedule::schedule_with(targets, max_inputs, caps.max_binding, caps.implicit_gemm);
     if std::env::var("TESSERA_EPILOGUE").as_deref() != Ok("0") {
         crate::graph::schedule::fuse_epilogues(&mut sched, targets, max_inputs, caps.max_binding, caps.native_f16);
+        // (Native only, for the npm package's size budget.)
+        #[cfg(not(target_arch = "wasm32"))]
+        crate::graph::schedule::fuse_attention_stores(&mut sched, targets);
     }
     if std::env::var("TESSERA_MULTI_OUTPUT").as_deref() != Ok("0") {
         crate::graph::schedule::group_siblings(&mut sched, max_inputs, caps.max_binding);
@@ -320,17 +323,21 @@ pub(crate) fn plan_kernels(caps: &ShaderCaps, max_inputs: usize, targets: &[Tens
             }
             KernelKind::Attention | KernelKind::Norm | KernelKind::Softmax => {
                 // Whole-buffer kernels: every operand is a buffer (or a reshape of one).
-                let bufs = k.root.node().inputs.iter().map(|i| {
+                // An attention may store through the moves over it (`product`).
+                // (Never in the npm package, whose build has no such pass.)
+                let product = k.product.as_ref().filter(|_| cfg!(not(target_arch = "wasm32")));
+                let node = product.unwrap_or(&k.root);
+                let bufs = node.node().inputs.iter().map(|i| {
                     buffer_source(i, &sched.materialised).ok_or_else(|| Error::Gpu {
                         context: "schedule".into(),
-                        message: format!("{} operand {} was not materialised", k.root.op().name(), i.id()),
+                        message: format!("{} operand {} was not materialised", node.op().name(), i.id()),
                     })
                 });
                 let bufs: Vec<Tensor> = bufs.collect::<Result<_>>()?;
                 match k.kind {
                     KernelKind::Norm => norm::render(&k.root, bufs, caps)?,
                     KernelKind::Softmax => softmax::render(&k.root, bufs, caps)?,
-                    _ => attention::render(&k.root, bufs, caps)?,
+                    _ => attention::render(node, product.map(|_| &k.root), bufs, caps)?,
                 }
             }
         };

@@ -294,6 +294,13 @@ pub fn covering_graphs() -> Vec<Tensor> {
             None,
             false,
         ),
+        // Stored with its heads merged (`fuse_attention_stores`), by both CPU-adapter kernels.
+        Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), false)
+            .permute(&[0, 2, 1, 3])
+            .reshape([1, 5, 16]),
+        Tensor::scaled_dot_product_attention_fused(&q, &kv30, &kv30, None, false)
+            .permute(&[0, 2, 1, 3])
+            .reshape([1, 5, 16]),
     ]);
     // Quantisation on the device, from f32 and f16 with a fused expression.
     for q in DType::QUANTIZED {
