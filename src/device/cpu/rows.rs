@@ -97,6 +97,11 @@ pub(crate) fn norm(
     let eps = eps as f32;
     par::chunks(&mut out, rows_per, |s, o| {
         let n = o.len();
+        #[cfg(not(target_arch = "wasm32"))]
+        math::vectorised(|| norm_rows(&x[s..s + n], o, d, rms, eps, w.as_deref(), b.as_deref()));
+        // In wasm, one running sum each and one output loop keep the npm package within
+        // its gzipped budget (the vectorised form added 1.3 KB).
+        #[cfg(target_arch = "wasm32")]
         for (dst, src) in o.chunks_mut(d).zip(x[s..s + n].chunks(d)) {
             // One pass over offsets from the row's first value (none for RMS), as the
             // WGSL kernel does: E[c²] - E[c]² keeps its accuracy where the values sit far
@@ -120,6 +125,44 @@ pub(crate) fn norm(
         Ok(())
     })?;
     Ok(HostBuffer::F32(out))
+}
+
+/// [`norm`] over whole rows of `d`, `src` into `dst`, in loops that vectorise: 16
+/// running sums of each (one sum is a chain of dependent adds), then one output loop
+/// per affine form. MiniLM's norm of 640 rows of 384: 0.37 -> 0.18 ms.
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+fn norm_rows(src: &[f32], dst: &mut [f32], d: usize, rms: bool, eps: f32, w: Option<&[f32]>, b: Option<&[f32]>) {
+    for (dst, src) in dst.chunks_mut(d).zip(src.chunks(d)) {
+        let k = if rms { 0.0 } else { src[0] };
+        let (mut s, mut q) = ([0.0f32; 16], [0.0f32; 16]);
+        let mut blocks = src.chunks_exact(16);
+        for c in &mut blocks {
+            for l in 0..16 {
+                let t = c[l] - k;
+                s[l] += t;
+                q[l] += t * t;
+            }
+        }
+        let (s, q) = blocks
+            .remainder()
+            .iter()
+            .fold((s.iter().sum::<f32>(), q.iter().sum::<f32>()), |(s, q), &v| (s + (v - k), q + (v - k) * (v - k)));
+        let (mc, ms) = (s / d as f32, q / d as f32);
+        let (mean, var) = if rms { (0.0, ms) } else { (k + mc, (ms - mc * mc).max(0.0)) };
+        let rstd = 1.0 / (var + eps).sqrt();
+        let y = |v: f32| (v - mean) * rstd;
+        match (w, b) {
+            (Some(w), Some(b)) => {
+                for (((o, &v), &w), &b) in dst.iter_mut().zip(src).zip(w).zip(b) {
+                    *o = y(v) * w + b;
+                }
+            }
+            (Some(w), None) => dst.iter_mut().zip(src).zip(w).for_each(|((o, &v), &w)| *o = y(v) * w),
+            (None, Some(b)) => dst.iter_mut().zip(src).zip(b).for_each(|((o, &v), &b)| *o = y(v) + b),
+            (None, None) => dst.iter_mut().zip(src).for_each(|(o, &v)| *o = y(v)),
+        }
+    }
 }
 
 /// Attention over q `[.., T, D]`, k and v `[.., S, D]`, an optional f32 bias (dims of
