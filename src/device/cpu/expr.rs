@@ -1028,7 +1028,13 @@ pub(crate) fn unary(u: UnaryOp, x: Vals, dt: DType) -> Vals {
                 UnaryOp::Log => map1(&mut v, f32::ln),
                 UnaryOp::Sqrt => map1(&mut v, f32::sqrt),
                 UnaryOp::Rsqrt => map1(&mut v, |x| 1.0 / x.sqrt()),
+                #[cfg(not(target_arch = "wasm32"))]
+                UnaryOp::Sin => math::sin_cos_in_place(&mut v, false),
+                #[cfg(not(target_arch = "wasm32"))]
+                UnaryOp::Cos => math::sin_cos_in_place(&mut v, true),
+                #[cfg(target_arch = "wasm32")]
                 UnaryOp::Sin => map1(&mut v, f32::sin),
+                #[cfg(target_arch = "wasm32")]
                 UnaryOp::Cos => map1(&mut v, f32::cos),
                 UnaryOp::Tanh => math::map1_inlined(
                     &mut v,

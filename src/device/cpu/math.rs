@@ -255,6 +255,77 @@ pub fn ln(x: f32) -> f32 {
     }
 }
 
+/// `sin(x)` (`cos` false) or `cos(x)` for |x| up to [`SIN_COS_MAX`]: Cephes' `sinf` and
+/// `cosf`, x reduced by multiples of π/4 in three parts and one of two polynomials
+/// selected by the octant, every case computed so the loop vectorises where the C
+/// library's is a call per element (4M f32: 7.5 -> 2.2 ms). Within 1.2e-7 of the exact
+/// value (relative, or absolute below 1/16). Past the bound, and for inf and NaN,
+/// callers take the library's ([`sin_cos_in_place`]).
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+pub fn sin_cos(x: f32, cos: bool) -> f32 {
+    let a = x.abs();
+    // The octant, floor(|x| · 4/π), by rounding through ROUND and then from the bits:
+    // an `as i32` conversion saturates, which kept the loop scalar.
+    let t = a * 1.273_239_5;
+    let n = (t + ROUND) - ROUND;
+    let n = if n > t { n - 1.0 } else { n };
+    let mut j = (n + ROUND).to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    // Odd octants move to the next one, so that the reduced argument is within ±π/4.
+    j = j.wrapping_add(j & 1);
+    let y = j as f32;
+    let r = ((a - y * 0.785_156_25) - y * 2.418_756_5e-4) - y * 3.774_895e-8;
+    let z = r * r;
+    let q = j & 7;
+    let (flip, poly_cos) =
+        if cos { (q == 2 || q == 4, q == 0 || q == 4) } else { ((q >= 4) != x.is_sign_negative(), q == 2 || q == 6) };
+    let pc = ((2.443_315_7e-5 * z - 1.388_731_6e-3) * z + 4.166_664_6e-2) * z * z - 0.5 * z + 1.0;
+    let ps = ((-1.951_529_6e-4 * z + 8.332_161e-3) * z - 1.666_665_5e-1) * z * r + r;
+    let v = if poly_cos { pc } else { ps };
+    if flip {
+        -v
+    } else {
+        v
+    }
+}
+
+/// Arguments past which [`sin_cos`] loses accuracy (its reduction keeps about 24 + 8
+/// bits of π/4).
+#[cfg(not(target_arch = "wasm32"))]
+pub const SIN_COS_MAX: f32 = 8192.0;
+
+/// `v[i] = sin(v[i])` (or cos) for every element, vectorised, with the C library's for
+/// the rare arguments past [`SIN_COS_MAX`], inf and NaN.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn sin_cos_in_place(v: &mut [f32], cos: bool) {
+    // Past the bound, inf or NaN: one comparison, which NaN fails, in a loop with no
+    // early exit (both keep the scan vectorised).
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let far = |x: f32| !(x.abs() <= SIN_COS_MAX);
+    let far: Vec<(usize, f32)> = if v.iter().fold(false, |f, &x| f | far(x)) {
+        v.iter().enumerate().filter(|(_, &x)| far(x)).map(|(i, &x)| (i, x)).collect()
+    } else {
+        Vec::new()
+    };
+    // One loop per function: a flag read inside the loop kept it scalar.
+    if cos {
+        map1_inlined(
+            v,
+            #[inline(always)]
+            |x| sin_cos(x, true),
+        );
+    } else {
+        map1_inlined(
+            v,
+            #[inline(always)]
+            |x| sin_cos(x, false),
+        );
+    }
+    for (i, x) in far {
+        v[i] = if cos { x.cos() } else { x.sin() };
+    }
+}
+
 /// `erf(x)`: x · P(x²) / Q(x²) over x held to [-4, 4] (past 4, erf rounds to ±1 in
 /// f32), the rational fit Eigen and XLA use for f32 (relative error below 4e-7): one
 /// division and twelve multiply-adds, no branch and no `exp`. GELU over a product's
@@ -350,6 +421,33 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn sin_and_cos_are_within_a_few_ulp() {
+        let mut worst = 0.0f64;
+        for i in -400_000..=400_000 {
+            // Up to about ±8000, the bound's order.
+            let x = i as f32 * 2e-5 * (1.0 + (i as f32 * 2.5e-3).abs());
+            if x.abs() > super::SIN_COS_MAX {
+                continue;
+            }
+            for (cos, want) in [(false, (x as f64).sin()), (true, (x as f64).cos())] {
+                let got = super::sin_cos(x, cos) as f64;
+                // Relative to the result, or to 1 where it is small (near a root).
+                worst = worst.max((got - want).abs() / want.abs().max(1.0 / 16.0));
+            }
+        }
+        assert!(worst < 4e-7, "error of sin/cos {worst:e}");
+        let mut v = vec![0.0f32, -0.0, 1e-30, -1e-30, 1e6, -3e7, f32::INFINITY, f32::NAN, 8192.0, -8193.0];
+        let x = v.clone();
+        super::sin_cos_in_place(&mut v, false);
+        for (got, x) in v.iter().zip(&x) {
+            let want = x.sin();
+            assert!(got.to_bits() == want.to_bits() || (got - want).abs() < 1e-6, "sin({x}): {got} against {want}");
+        }
+        assert!(v[1].is_sign_negative() && v[3] == -1e-30 && v[6].is_nan() && v[7].is_nan());
+    }
+
+    #[test]
     fn tanh_is_within_a_few_ulp() {
         let mut worst = 0.0f64;
         for i in -200_000..=200_000 {
@@ -414,6 +512,10 @@ mod levels {
             inlined!(gelu_erf);
             #[cfg(not(target_arch = "wasm32"))]
             inlined!(ln);
+            #[cfg(not(target_arch = "wasm32"))]
+            inlined!(|x| sin_cos(x, false));
+            #[cfg(not(target_arch = "wasm32"))]
+            inlined!(|x| sin_cos(x, true));
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
             outs.push(bits(&v));
