@@ -45,8 +45,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 1_000_000])]
     bench_rows: Vec<usize>,
     /// Timed rounds per table size for `--bench-sparse` (15 steps each, after 15
-    /// untimed ones; the median round counts). On a shared host single rounds swing by a third, so a median of
-    /// few moves the ratio by 0.1.
+    /// untimed ones; the median round counts). On a shared host single rounds swing by
+    /// a third, so a median of few moves the ratio by 0.1.
     #[arg(long, default_value_t = 31)]
     bench_rounds: usize,
     #[arg(long)]
