@@ -126,6 +126,30 @@ const ROUND: f32 = 12_582_912.0;
 /// mantissa bits are the value rounded to an integer.
 const SUBNORMAL_ULPS: f32 = 8_388_608.0;
 
+/// `v`, an integer from 0 to 2^22, as one: read out of the mantissa of `v + ROUND`
+/// rather than by an integer conversion, which saturates and keeps loops scalar.
+#[inline(always)]
+fn integral_bits(v: f32) -> u32 {
+    (v + ROUND).to_bits().wrapping_sub(ROUND.to_bits())
+}
+
+/// `2^e` for an integral `e` from -126 to 127, built from its exponent bits.
+#[inline(always)]
+fn pow2(e: f32) -> f32 {
+    f32::from_bits(integral_bits(e + 127.0) << 23)
+}
+
+/// `(y, n)` with `e^x = y · 2^n`: Cody–Waite reduction `x = n·ln 2 + r` and Cephes'
+/// degree-6 polynomial on `r`, for `x` within [`exp`]'s clamp.
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, f32) {
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p =
+        ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
+    (p * (r * r) + r + 1.0, n)
+}
+
 /// `e^x`: Cody–Waite reduction `x = n·ln 2 + r` and Cephes' degree-6 polynomial on `r`,
 /// scaled by `2^n` in two halves so that results above `2^127` come out infinite, and
 /// results below `2^-126` (subnormal) come out right without a multiply that makes a
@@ -135,27 +159,18 @@ const SUBNORMAL_ULPS: f32 = 8_388_608.0;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     // Beyond these the result is 0 or infinity whatever the rounding.
-    let xc = x.clamp(-104.0, 89.0);
-    let n = (xc * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let z = r * r;
-    let p =
-        ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
-    let y = p * z + r + 1.0;
-    // 2^n built from its exponent bits, read out of the mantissa of `n + 127 + ROUND`
-    // rather than by an integer conversion, so the loop vectorises. One exponent field
-    // holds n from -125 to 127: past the top (n = 128) a factor 2 follows, and n = -126
-    // with y >= 1 (a normal result) takes 2^-125 then a half, so no lane's product is
-    // subnormal.
-    let bits = |e: f32| f32::from_bits(((e + 127.0 + ROUND).to_bits().wrapping_sub(ROUND.to_bits())) << 23);
+    let (y, n) = exp_parts(x.clamp(-104.0, 89.0));
     if cfg!(target_arch = "wasm32") {
         // The same bits by two multiplies (2^h · 2^(n-h)), subnormal ones included: the
         // npm package's size budget leaves no room for the path below, inlined in every
         // loop that calls exp.
         let h = (n * 0.5 + ROUND) - ROUND;
-        let v = y * bits(h) * bits(n - h);
+        let v = y * pow2(h) * pow2(n - h);
         return if x.is_nan() { x } else { v };
     }
+    // One exponent field holds n from -125 to 127: past the top (n = 128) a factor 2
+    // follows, and n = -126 with y >= 1 (a normal result) takes 2^-125 then a half, so
+    // no lane's product is subnormal.
     let (low, high) = (n < -125.0, n > 127.0);
     let nv = if low {
         -125.0
@@ -171,11 +186,11 @@ pub fn exp(x: f32) -> f32 {
     } else {
         1.0
     };
-    let normal = y * bits(nv) * scale;
+    let normal = y * pow2(nv) * scale;
     // A subnormal result (n <= -126) is q · 2^-149 with q = y · 2^(n+149) below 2^23: q
     // rounded to an integer (ties to even, as the multiply would round) is its bit
     // pattern.
-    let q = y * bits(if low { n } else { -126.0 } + 149.0);
+    let q = y * pow2(if low { n } else { -126.0 } + 149.0);
     let sub = f32::from_bits((q + SUBNORMAL_ULPS).to_bits().wrapping_sub(SUBNORMAL_ULPS.to_bits()));
     let v = if low & (q < SUBNORMAL_ULPS) { sub } else { normal };
     // NaN in, NaN out (the clamp above turned it into a number).
@@ -199,14 +214,8 @@ pub fn tanh(x: f32) -> f32 {
     // Past 9.02 tanh rounds to 1, so e^(2|x|) is taken over [0, 19] only, where
     // [`exp`]'s steps give its bits without its overflow and subnormal cases (4M f32:
     // tanh 2.7 -> 2.2 ms, the chain `relu(tanh(exp(x*2+1))*x)` 4.8 -> 4.3). NaN stays.
-    let t = 2.0 * if a > 9.5 { 9.5 } else { a };
-    let n = (t * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = t - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p2 =
-        ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
-    let e =
-        (p2 * (r * r) + r + 1.0) * f32::from_bits(((n + 127.0 + ROUND).to_bits().wrapping_sub(ROUND.to_bits())) << 23);
-    let large = (1.0 - 2.0 / (e + 1.0)).copysign(x);
+    let (y, n) = exp_parts(2.0 * if a > 9.5 { 9.5 } else { a });
+    let large = (1.0 - 2.0 / (y * pow2(n) + 1.0)).copysign(x);
     if a < 0.625 {
         small
     } else {
@@ -265,12 +274,10 @@ pub fn ln(x: f32) -> f32 {
 #[inline(always)]
 pub fn sin_cos(x: f32, cos: bool) -> f32 {
     let a = x.abs();
-    // The octant, floor(|x| · 4/π), by rounding through ROUND and then from the bits:
-    // an `as i32` conversion saturates, which kept the loop scalar.
+    // The octant, floor(|x| · 4/π), by rounding through ROUND and then from the bits.
     let t = a * 1.273_239_5;
     let n = (t + ROUND) - ROUND;
-    let n = if n > t { n - 1.0 } else { n };
-    let mut j = (n + ROUND).to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    let mut j = integral_bits(if n > t { n - 1.0 } else { n }) as i32;
     // Odd octants move to the next one, so that the reduced argument is within ±π/4.
     j = j.wrapping_add(j & 1);
     let y = j as f32;
