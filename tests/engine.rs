@@ -324,7 +324,21 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     assert_eq!(lookup(&path, &tuned.key), Some(other));
     let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
     assert_eq!(d.matmul_config(), Some(other));
-    assert!(!d.fused_attention(), "no attention entry: the composition");
+    assert_eq!(
+        d.fused_attention(),
+        d.info().device_type == "Cpu",
+        "no attention entry: fused on CPU adapters, else composed"
+    );
+    let composed = format!(
+        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "composed"}}}}"#,
+        tuned.key,
+        other.kernel(),
+        other.tm,
+        other.tn
+    );
+    std::fs::write(&path, composed).unwrap();
+    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    assert!(!d.fused_attention(), "the measured attention choice applies");
     // The measured attention choice is applied: sdpa becomes one fused kernel.
     let fused = format!(
         r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "fused", "conv": "materialised"}}}}"#,
