@@ -108,6 +108,8 @@ pub fn cast(x: f64, from: DType, to: DType) -> f64 {
 }
 
 /// The PCG output permutation used by the counter-based RNG (same as `shaders/common.wgsl`).
+// (Inlined into the CPU backend's vectorised loop; the npm package keeps its size.)
+#[cfg_attr(not(target_arch = "wasm32"), inline(always))]
 pub fn pcg_hash(v: u32) -> u32 {
     let s = v.wrapping_mul(747796405).wrapping_add(2891336453);
     let w = ((s >> ((s >> 28) + 4)) ^ s).wrapping_mul(277803737);

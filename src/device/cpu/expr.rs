@@ -689,6 +689,12 @@ impl<'a> Evaluator<'a> {
                 let vals: Vec<f64> = at.idx.to_vec().into_iter().map(|i| dt.round(start + i as f64 * step)).collect();
                 from_f64(dt, &vals)
             }
+            #[cfg(not(target_arch = "wasm32"))]
+            Kind::Rand { seed, normal } if dt == DType::F32 && matches!(at.idx, Idx::Range(..)) => {
+                let mut v = vec![0f32; len];
+                math::rand_into(&mut v, *seed, *normal, if let Idx::Range(s, _) = at.idx { s } else { 0 });
+                Vals::F(v)
+            }
             Kind::Rand { seed, normal } => {
                 let vals: Vec<f64> =
                     at.idx.to_vec().into_iter().map(|i| dt.round(refew::rand_at(*seed, *normal, i))).collect();

@@ -333,6 +333,50 @@ pub fn sin_cos_in_place(v: &mut [f32], cos: bool) {
     }
 }
 
+/// Values `start .. start + out.len()` of `Tensor::rand` (`normal` false: uniform in
+/// [0, 1), the reference's bits) or `Tensor::randn` (Box–Muller in f32 as the WGSL
+/// kernel computes it, through [`ln`] and [`sin_cos`]), [`vectorised`], where the
+/// reference takes each value through f64 and the C library's `log` and `cos`.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn rand_into(out: &mut [f32], seed: u64, normal: bool, start: usize) {
+    rand_into_at(simd(), out, seed, normal, start)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+fn rand_into_at(level: Simd, out: &mut [f32], seed: u64, normal: bool, start: usize) {
+    use crate::reference::elementwise::pcg_hash;
+    #[inline(always)]
+    fn uniform(i: u32, (lo, hi): (u32, u32), stream: u32) -> f32 {
+        (pcg_hash(pcg_hash(i ^ lo) ^ hi ^ stream.wrapping_mul(0x9e37_79b9)) >> 8) as f32 * (1.0 / 16_777_216.0)
+    }
+    let key = (seed as u32, (seed >> 32) as u32);
+    // One loop per form: a flag read inside the loop kept `sin_cos` scalar.
+    if normal {
+        at_level(
+            level,
+            #[inline(always)]
+            || {
+                for (k, x) in out.iter_mut().enumerate() {
+                    let i = start.wrapping_add(k) as u32;
+                    let (u1, u2) = (uniform(i, key, 1), uniform(i, key, 2));
+                    *x = (-2.0 * ln(1.0 - u1)).sqrt() * sin_cos(std::f32::consts::TAU * u2, true);
+                }
+            },
+        )
+    } else {
+        at_level(
+            level,
+            #[inline(always)]
+            || {
+                for (k, x) in out.iter_mut().enumerate() {
+                    *x = uniform(start.wrapping_add(k) as u32, key, 0);
+                }
+            },
+        )
+    }
+}
+
 /// `erf(x)`: x · P(x²) / Q(x²) over x held to [-4, 4] (past 4, erf rounds to ±1 in
 /// f32), the rational fit Eigen and XLA use for f32 (relative error below 4e-7): one
 /// division and twelve multiply-adds, no branch and no `exp`. GELU over a product's
@@ -455,6 +499,30 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn rand_and_randn_follow_the_reference() {
+        use crate::reference::elementwise::rand_at;
+        // Seeds with both halves set, and ranges that start past 0 (a chunk's).
+        for (seed, start) in [(7u64, 0usize), (0x0123_4567_89ab_cdef, 1_000_003)] {
+            let mut u = vec![0f32; 200_000];
+            super::rand_into(&mut u, seed, false, start);
+            for (k, &x) in u.iter().enumerate() {
+                assert_eq!(x as f64, rand_at(seed, false, start + k), "uniform {k}: the reference's bits");
+            }
+            let mut v = vec![0f32; 200_000];
+            super::rand_into(&mut v, seed, true, start);
+            let worst = v
+                .iter()
+                .enumerate()
+                .map(|(k, &x)| (x as f64 - rand_at(seed, true, start + k)).abs())
+                .fold(0.0, f64::max);
+            // f32's 2π·u2 is off by up to half an ulp of 2π (2.4e-7), times a radius up to
+            // sqrt(-2 ln 2^-24) = 5.8: what the WGSL kernel's f32 gives too.
+            assert!(worst < 2e-6, "normal values {worst:e} from the f64 reference");
+        }
+    }
+
+    #[test]
     fn tanh_is_within_a_few_ulp() {
         let mut worst = 0.0f64;
         for i in -200_000..=200_000 {
@@ -526,6 +594,11 @@ mod levels {
             let mut v = x.clone();
             map2_at(level, &mut v, &y, |a, b| a * exp(b) - tanh(a) / b);
             outs.push(bits(&v));
+            #[cfg(not(target_arch = "wasm32"))]
+            for normal in [false, true] {
+                rand_into_at(level, &mut v, 0x1234_5678_9abc_def0, normal, 77);
+                outs.push(bits(&v));
+            }
             outs
         };
         let base = run(Simd::Base);
