@@ -131,11 +131,12 @@ unsafe fn native(
     }
 }
 
-/// Rows of A from which and up to which [`dot_rows`] takes a product. (Below 4 rows its
-/// blocks of 4 would repeat rows, and a kernel of one row by 8 of W lost to `gemm`: 1 x
-/// 384 x 384 0.10 against 0.017 ms.)
+/// Rows of A from which and up to which [`dot_rows`] takes a product. (Its blocks of 4
+/// rows repeat the last row where fewer are left: 2 x 384 x 1536 still takes 0.025
+/// against `gemm`'s 0.29 ms, but one row is `gemm`'s, at 1 x 384 x 384 0.016 against
+/// 0.021; a kernel of one row by 8 of W took 0.10.)
 #[cfg(not(target_arch = "wasm32"))]
-const DOT_ROWS_FROM: usize = 4;
+const DOT_ROWS_FROM: usize = 2;
 #[cfg(not(target_arch = "wasm32"))]
 const DOT_ROWS: usize = 32;
 /// The least depth [`dot_rows`] takes (at 20 x 100 x 64 `gemm` was a little faster).
@@ -557,7 +558,9 @@ mod tests {
     #[test]
     #[cfg(not(target_arch = "wasm32"))]
     fn the_few_rows_kernel_matches_a_plain_product() {
-        for &(m, n, k) in &[(4, 1, 128), (5, 3, 131), (22, 17, 400), (32, 64, 384), (9, 130, 1543)] {
+        for &(m, n, k) in
+            &[(2, 5, 130), (3, 33, 256), (4, 1, 128), (5, 3, 131), (22, 17, 400), (32, 64, 384), (9, 130, 1543)]
+        {
             for threads in [false, true] {
                 let (lda, ldw, ldc) = (k + 3, k + 5, n + 2);
                 let a: Vec<f32> = (0..m * lda).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect();
