@@ -329,26 +329,22 @@ fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
         d.info().device_type == "Cpu",
         "no attention entry: fused on CPU adapters, else composed"
     );
-    let composed = format!(
-        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "composed"}}}}"#,
-        tuned.key,
-        other.kernel(),
-        other.tm,
-        other.tn
-    );
-    std::fs::write(&path, composed).unwrap();
-    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    // A cache entry for `other` with these switches, and the device that applies it.
+    let with_switches = |switches: &str| {
+        let entry = format!(
+            r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, {switches}}}}}"#,
+            tuned.key,
+            other.kernel(),
+            other.tm,
+            other.tn
+        );
+        std::fs::write(&path, entry).unwrap();
+        Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap()
+    };
+    let d = with_switches(r#""attention": "composed""#);
     assert!(!d.fused_attention(), "the measured attention choice applies");
     // The measured attention choice is applied: sdpa becomes one fused kernel.
-    let fused = format!(
-        r#"{{"{}": {{"kernel": "{}", "tm": {}, "tn": {}, "attention": "fused", "conv": "materialised"}}}}"#,
-        tuned.key,
-        other.kernel(),
-        other.tm,
-        other.tn
-    );
-    std::fs::write(&path, fused).unwrap();
-    let d = Device::with_options(DeviceOptions { autotune_cache: Some(path.clone()), ..opts.clone() }).unwrap();
+    let d = with_switches(r#""attention": "fused", "conv": "materialised""#);
     assert!(d.fused_attention());
     assert!(!d.implicit_gemm(), "the measured conv choice applies");
     let forced = DeviceOptions { autotune_cache: Some(path.clone()), implicit_gemm: Some(true), ..opts.clone() };
