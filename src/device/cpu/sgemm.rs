@@ -581,29 +581,30 @@ mod tests {
                 }
             }
         }
-        if super::dot_rows_on() {
-            // Through `sgemm` (W's rows as B's columns), where it applies.
-            let (m, n, k) = (20, 384, 384);
-            let a: Vec<f32> = (0..m * k).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
-            let w: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 9) as f32 - 4.0).collect();
-            let mut c = vec![0f32; m * n];
-            unsafe {
-                super::sgemm(
-                    m,
-                    n,
-                    k,
-                    1.0,
-                    a.as_ptr(),
-                    (k as isize, 1),
-                    w.as_ptr(),
-                    (1, k as isize),
-                    c.as_mut_ptr(),
-                    n as isize,
-                    true,
-                )
-            };
-            let want: f32 = (0..k).map(|p| a[3 * k + p] * w[7 * k + p]).sum();
-            assert_eq!(c[3 * n + 7], want, "small integers: exact");
+        // Through `sgemm` (W's rows as B's columns): the few-rows kernel where the CPU has
+        // AVX2 and FMA, `gemm` elsewhere; either must give this.
+        let (m, n, k) = (20, 384, 384);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 9) as f32 - 4.0).collect();
+        let mut c = vec![0f32; m * n];
+        unsafe {
+            super::sgemm(
+                m,
+                n,
+                k,
+                1.0,
+                a.as_ptr(),
+                (k as isize, 1),
+                w.as_ptr(),
+                (1, k as isize),
+                c.as_mut_ptr(),
+                n as isize,
+                true,
+            )
+        };
+        for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+            let want: f32 = (0..k).map(|p| a[i * k + p] * w[j * k + p]).sum();
+            assert_eq!(c[i * n + j], want, "small integers: exact, at ({i}, {j})");
         }
     }
 }
