@@ -453,3 +453,32 @@ fn split_k_matmul_matches_reference() {
         vec![a.cast(DType::F16).matmul(&b.cast(DType::F16))]
     });
 }
+
+/// A permute of an unrealised permute is one permute of the first's input, none where
+/// the two cancel; so a Linear weight's gradient (the transpose of a transposed product)
+/// is the product itself, in the weight's layout, which the optimiser's kernel loads
+/// vectorised.
+#[test]
+fn permutes_of_permutes_fold_and_a_weight_gradient_is_the_product_itself() {
+    use tessera::graph::Op;
+    let d = Device::reference();
+    let x = common::rand_t(&[3, 4, 5], 1, -1.0, 1.0, &d);
+    assert_eq!(x.t().t().id(), x.id());
+    assert_eq!(x.permute(&[1, 2, 0]).permute(&[2, 0, 1]).id(), x.id());
+    let q = x.permute(&[1, 2, 0]).permute(&[1, 0, 2]);
+    assert!(matches!(q.op(), Op::Permute { perm } if perm == &[2, 1, 0]), "{:?}", q.op());
+    assert_eq!(q.to_vec_blocking::<f32>().unwrap(), x.permute(&[2, 1, 0]).to_vec_blocking::<f32>().unwrap());
+    // A realised permute keeps its own storage: its input is not recomputed.
+    let r = x.t();
+    r.realize_blocking().unwrap();
+    let back = r.t();
+    assert_ne!(back.id(), x.id());
+    assert_eq!(back.to_vec_blocking::<f32>().unwrap(), x.to_vec_blocking::<f32>().unwrap());
+    // x @ w^T: w's gradient is g^T x, computed in w's layout.
+    let w = common::rand_t(&[6, 5], 2, -1.0, 1.0, &d).requires_grad();
+    let a = common::rand_t(&[4, 5], 3, -1.0, 1.0, &d);
+    let grads = a.matmul(&w.t()).sum_all().backward().unwrap();
+    let gw = grads.get(&w).unwrap();
+    assert!(matches!(gw.op(), Op::Matmul), "{:?}", gw.op());
+    assert_eq!(gw.dims(), &[6, 5]);
+}
