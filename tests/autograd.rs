@@ -474,6 +474,10 @@ fn permutes_of_permutes_fold_and_a_weight_gradient_is_the_product_itself() {
     let back = r.t();
     assert_ne!(back.id(), x.id());
     assert_eq!(back.to_vec_blocking::<f32>().unwrap(), x.to_vec_blocking::<f32>().unwrap());
+    // A permute marked as a gradient target stays in the graph, so its gradient flows.
+    let wt = x.t().requires_grad();
+    let grads = wt.t().sum_all().backward().unwrap();
+    assert_eq!(grads.get(&wt).unwrap().to_vec_blocking::<f32>().unwrap(), vec![1.0; 60]);
     // x @ w^T: w's gradient is g^T x, computed in w's layout.
     let w = common::rand_t(&[6, 5], 2, -1.0, 1.0, &d).requires_grad();
     let a = common::rand_t(&[4, 5], 3, -1.0, 1.0, &d);

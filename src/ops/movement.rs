@@ -112,8 +112,9 @@ impl Tensor {
         // where the two cancel). A Linear weight's gradient is such a pair (the transpose
         // of the transposed product, see autograd's matmul rule): folded, the optimiser's
         // kernel loads it in its own layout, vectorised, instead of through per-element
-        // index arithmetic (lavapipe: Adam on 256x784 took 3.2 ms a step).
-        if let (Op::Permute { perm: inner }, false) = (self.op(), self.is_realized()) {
+        // index arithmetic (lavapipe: Adam on 256x784 took 3.2 ms a step). Not past a
+        // gradient target, whose gradient would then not flow.
+        if let (Op::Permute { perm: inner }, false, false) = (self.op(), self.is_realized(), self.is_grad_target()) {
             let composed: Vec<usize> = perm.iter().map(|&p| inner[p]).collect();
             return self.node().inputs[0].permute_at(&composed, loc);
         }
