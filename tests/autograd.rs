@@ -454,10 +454,9 @@ fn split_k_matmul_matches_reference() {
     });
 }
 
-/// A permute of an unrealised permute is one permute of the first's input, none where
-/// the two cancel; so a Linear weight's gradient (the transpose of a transposed product)
-/// is the product itself, in the weight's layout, which the optimiser's kernel loads
-/// vectorised.
+/// A permute that undoes an unrealised permute is that permute's input; so a Linear
+/// weight's gradient (the transpose of a transposed product) is the product itself, in
+/// the weight's layout, which the optimiser's kernel loads vectorised.
 #[test]
 fn permutes_of_permutes_fold_and_a_weight_gradient_is_the_product_itself() {
     use tessera::graph::Op;
@@ -465,9 +464,15 @@ fn permutes_of_permutes_fold_and_a_weight_gradient_is_the_product_itself() {
     let x = common::rand_t(&[3, 4, 5], 1, -1.0, 1.0, &d);
     assert_eq!(x.t().t().id(), x.id());
     assert_eq!(x.permute(&[1, 2, 0]).permute(&[2, 0, 1]).id(), x.id());
-    let q = x.permute(&[1, 2, 0]).permute(&[1, 0, 2]);
-    assert!(matches!(q.op(), Op::Permute { perm } if perm == &[2, 1, 0]), "{:?}", q.op());
-    assert_eq!(q.to_vec_blocking::<f32>().unwrap(), x.permute(&[2, 1, 0]).to_vec_blocking::<f32>().unwrap());
+    // A cancelled pair under a third permute leaves the third alone.
+    let q = x.permute(&[0, 2, 1]).permute(&[0, 2, 1]).permute(&[1, 0, 2]);
+    assert!(matches!(q.op(), Op::Permute { perm } if perm == &[1, 0, 2]), "{:?}", q.op());
+    assert_eq!(q.to_vec_blocking::<f32>().unwrap(), x.permute(&[1, 0, 2]).to_vec_blocking::<f32>().unwrap());
+    // A pair that does not cancel stays a pair: a product reads the swap of a head
+    // split in place.
+    let kt = x.permute(&[1, 0, 2]).transpose(-2, -1);
+    assert!(matches!(kt.op(), Op::Permute { perm } if perm == &[0, 2, 1]), "{:?}", kt.op());
+    assert_eq!(kt.to_vec_blocking::<f32>().unwrap(), x.permute(&[1, 2, 0]).to_vec_blocking::<f32>().unwrap());
     // A realised permute keeps its own storage: its input is not recomputed.
     let r = x.t();
     r.realize_blocking().unwrap();

@@ -108,15 +108,18 @@ impl Tensor {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(self.clone());
         }
-        // A permute of an unrealised permute is one permute of the first's input (none
-        // where the two cancel). A Linear weight's gradient is such a pair (the transpose
-        // of the transposed product, see autograd's matmul rule): folded, the optimiser's
-        // kernel loads it in its own layout, vectorised, instead of through per-element
-        // index arithmetic (lavapipe: Adam on 256x784 took 3.2 ms a step). Not past a
-        // gradient target, whose gradient would then not flow.
+        // A permute that undoes an unrealised permute is that permute's input. A Linear
+        // weight's gradient is such a pair (the transpose of the transposed product, see
+        // autograd's matmul rule): folded, the optimiser's kernel loads it in its own
+        // layout, vectorised, instead of through per-element index arithmetic (lavapipe:
+        // Adam on 256x784 took 3.2 ms a step). Pairs that do not cancel stay two nodes: a
+        // product reads a swap of its operand's last two axes in place, and a head split
+        // under it is stored by quads. Not past a gradient target, whose gradient would
+        // then not flow.
         if let (Op::Permute { perm: inner }, false, false) = (self.op(), self.is_realized(), self.is_grad_target()) {
-            let composed: Vec<usize> = perm.iter().map(|&p| inner[p]).collect();
-            return self.node().inputs[0].permute_at(&composed, loc);
+            if perm.iter().enumerate().all(|(i, &p)| inner[p] == i) {
+                return Ok(self.node().inputs[0].clone());
+            }
         }
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
         Ok(self.derive(Op::Permute { perm: perm.to_vec() }, dims, loc))
