@@ -387,4 +387,20 @@ fn adam_kernels_on(dev: &Device) {
             );
         }
     }
+    // SGD's update of each weight goes out in its gradient product's store (the
+    // profiler's labels, from timestamp queries, name the epilogue).
+    if !dev.is_cpu() {
+        let mut model = mlp(&dev);
+        let mut sgd = Sgd::new(0.1);
+        for k in 0..2 {
+            let (x, y) = batch(&dev, k);
+            tessera::profile::start();
+            let l = loss::cross_entropy(&model.forward(&x), &y);
+            sgd.step(&mut model, &l).unwrap();
+            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|e| e.label).collect();
+            // (The first step also initialises the weights, whose draws join the epilogues.)
+            let fused = labels.iter().filter(|l| l.starts_with("matmul") && l.contains("_epi(sub,")).count();
+            assert!(k == 0 || fused == 2, "both weights' updates in their products' stores on {dev}: {labels:?}");
+        }
+    }
 }
