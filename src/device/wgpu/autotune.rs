@@ -252,21 +252,30 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[cfg(not(target_arch = "wasm32"))]
 type Work<'a> = (&'a Device, &'a dyn Fn() -> Result<Tensor>);
 
-/// Median ms of two workloads timed in alternation: one warm-up each, then seven rounds
-/// of one run each, every run realised and waited for. A slow burst of a shared host then
-/// falls on both, where timing one and then the other handed the burst to whichever ran
-/// during it (lavapipe, one run: fused attention 4.8 against 4.2 ms composed, where
-/// other runs measure 3.4 against 5.7).
+/// Each of `n` workloads' median ms (`time(i)` runs workload `i` once): one warm-up
+/// round, then `rounds` rounds that each time every workload in turn. A slow burst of a
+/// shared host then falls on several of them, where timing one and then the next handed
+/// the burst to whichever ran during it (lavapipe, one run: fused attention 4.8 against
+/// 4.2 ms composed, where other runs measure 3.4 against 5.7).
+#[cfg(not(target_arch = "wasm32"))]
+fn interleaved_medians_ms(n: usize, rounds: usize, time: &dyn Fn(usize) -> Result<f64>) -> Result<Vec<f64>> {
+    let mut times = vec![Vec::new(); n];
+    for round in 0..=rounds {
+        for (i, t) in times.iter_mut().enumerate() {
+            let ms = time(i)?;
+            if round > 0 {
+                t.push(ms);
+            }
+        }
+    }
+    Ok(times.into_iter().map(median).collect())
+}
+
+/// Median ms of two workloads timed alternately, seven rounds after a warm-up.
 #[cfg(not(target_arch = "wasm32"))]
 fn alternating_median_ms(a: Work, b: Work) -> Result<(f64, f64)> {
-    run_ms(a)?;
-    run_ms(b)?;
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
-    for _ in 0..7 {
-        ta.push(run_ms(a)?);
-        tb.push(run_ms(b)?);
-    }
-    Ok((median(ta), median(tb)))
+    let m = interleaved_medians_ms(2, 7, &|i| run_ms(if i == 0 { a } else { b }))?;
+    Ok((m[0], m[1]))
 }
 
 /// Median ms of attention (12 heads of 64, sequence 512 on GPUs, 128 on CPU adapters)
@@ -329,14 +338,6 @@ fn candidates_ms(options: &DeviceOptions) -> Result<Vec<(MatmulConfig, f64)>> {
             .map(|(a, b, linear)| run_ms((d, &|| Ok(if *linear { a.matmul(&b.t()) } else { a.matmul(b) }))))
             .sum()
     };
-    let mut times = vec![Vec::new(); probes.len()];
-    for round in 0..6 {
-        for (p, t) in probes.iter().zip(&mut times) {
-            let ms = time(p)?;
-            if round > 0 {
-                t.push(ms);
-            }
-        }
-    }
-    Ok(probes.iter().zip(times).map(|(p, t)| (p.0, median(t))).collect())
+    let medians = interleaved_medians_ms(probes.len(), 5, &|i| time(&probes[i]))?;
+    Ok(probes.iter().zip(medians).map(|(p, ms)| (p.0, ms)).collect())
 }
