@@ -117,8 +117,14 @@ pub fn pcg_hash(v: u32) -> u32 {
 }
 
 fn uniform(i: u32, lo: u32, hi: u32, stream: u32) -> f64 {
-    let bits = pcg_hash(pcg_hash(i ^ lo) ^ hi ^ stream.wrapping_mul(0x9e37_79b9));
-    (bits >> 8) as f64 / 16_777_216.0
+    uniform_bits(i, lo, hi, stream) as f64 / 16_777_216.0
+}
+
+/// The 24 random bits of value `i` of stream `stream` under the seed `(lo, hi)`: the
+/// uniform value is them over 2^24. (Inlined into the CPU backend's vectorised loop.)
+#[cfg_attr(not(target_arch = "wasm32"), inline(always))]
+pub fn uniform_bits(i: u32, lo: u32, hi: u32, stream: u32) -> u32 {
+    pcg_hash(pcg_hash(i ^ lo) ^ hi ^ stream.wrapping_mul(0x9e37_79b9)) >> 8
 }
 
 /// `n` seeded uniform [0, 1) or standard normal values.

@@ -345,10 +345,9 @@ pub fn rand_into(out: &mut [f32], seed: u64, normal: bool, start: usize) {
 #[cfg(not(target_arch = "wasm32"))]
 #[inline(always)]
 fn rand_into_at(level: Simd, out: &mut [f32], seed: u64, normal: bool, start: usize) {
-    use crate::reference::elementwise::pcg_hash;
     #[inline(always)]
     fn uniform(i: u32, (lo, hi): (u32, u32), stream: u32) -> f32 {
-        (pcg_hash(pcg_hash(i ^ lo) ^ hi ^ stream.wrapping_mul(0x9e37_79b9)) >> 8) as f32 * (1.0 / 16_777_216.0)
+        crate::reference::elementwise::uniform_bits(i, lo, hi, stream) as f32 * (1.0 / 16_777_216.0)
     }
     let key = (seed as u32, (seed >> 32) as u32);
     // One loop per form: a flag read inside the loop kept `sin_cos` scalar.
