@@ -583,6 +583,9 @@ async fn unload_version(
 async fn promote(State(app): State<App>, Path(name): Path<String>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let v = json_body(&app, &parts.headers, body).await?;
+    // A misspelt option must not pass for none: `{"version": "2", "fraction": 0.1}` would
+    // otherwise promote version 2 to all traffic instead of a tenth.
+    only_keys(&v, &["version", "canary_fraction"])?;
     let version = match v.get("version") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
@@ -593,6 +596,15 @@ async fn promote(State(app): State<App>, Path(name): Path<String>, req: Request)
         Some(f) => Some(f.as_f64().ok_or_else(|| ApiError::bad("'canary_fraction' must be a number in (0, 1]"))?),
     };
     control(app.reg.promote(&name, &version, fraction))
+}
+
+/// A control request's body must be an object holding only these keys.
+fn only_keys(v: &Value, allowed: &[&str]) -> Result<(), ApiError> {
+    let o = v.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object"))?;
+    match o.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::bad(format!("unknown field {k:?}: this endpoint takes {}", allowed.join(", ")))),
+        None => Ok(()),
+    }
 }
 
 async fn rollback(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {

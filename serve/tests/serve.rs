@@ -315,6 +315,10 @@ fn hostile_requests_get_clear_4xx_and_the_server_keeps_serving() {
     check("unknown version", (st, v), 404, "no version");
     let (st, v, _) = s.post("/v1/models/minilm/promote", &json!({ "version": "7" }));
     check("promote unknown version", (st, v), 404, "no version");
+    let (st, v, _) = s.post("/v1/models/minilm/promote", &json!({ "version": "1", "fraction": 0.1 }));
+    check("promote with a misspelt canary fraction", (st, v), 400, "unknown field \"fraction\"");
+    let (st, v, _) = s.post("/v1/models/minilm/promote", &json!(["1"]));
+    check("promote with a non-object body", (st, v), 400, "JSON object");
     let (st, v, _) = s.post("/v1/models/minilm/rollback", &json!({}));
     check("rollback with no history", (st, v), 409, "nothing to roll back");
     let r = client().get(s.at("/v2/nothing")).send().unwrap();
