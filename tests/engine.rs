@@ -298,6 +298,30 @@ fn plans_replay_with_new_scalars() {
     }
 }
 
+/// More graph shapes than the plan cache holds (256) pass through, with one graph used
+/// all along: the cache drops the least recently used plans, so that graph's plan is
+/// built once and replayed every time after (a cache that started over when full would
+/// build it again).
+#[test]
+fn a_plan_in_use_outlives_a_stream_of_new_shapes() {
+    let Some(dev) = private_device(DeviceOptions::default()) else { return };
+    let run = |n: usize| {
+        let x = Tensor::arange(0.0, n as f64, 1.0, DType::F32, &dev);
+        x.mul_scalar(2.0).add_scalar(1.0).sum_all().item_blocking::<f32>().unwrap()
+    };
+    let before = dev.stats();
+    assert_eq!(run(4), 16.0);
+    for n in 5..305 {
+        assert_eq!(run(n), (n * n) as f32, "n = {n}");
+        if n % 10 == 0 {
+            assert_eq!(run(4), 16.0);
+        }
+    }
+    let after = dev.stats();
+    assert_eq!(after.plans_built - before.plans_built, 301, "one plan per shape, the busy one built once");
+    assert_eq!(after.plans_replayed - before.plans_replayed, 30);
+}
+
 #[test]
 fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     use tessera::device::autotune::{ensure, lookup, CANDIDATES};

@@ -874,7 +874,7 @@ impl<'a> Gen<'a> {
         super::KernelSpec {
             patches: self.patches,
             label,
-            source,
+            source: source.into(),
             meta: self.meta,
             inputs: self.leaves,
             output: root.clone(),

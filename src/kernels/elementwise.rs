@@ -661,7 +661,7 @@ mod tests {
 
     fn source(t: &Tensor, caps: &crate::kernels::ShaderCaps) -> String {
         let specs = crate::kernels::plan_kernels(caps, 14, std::slice::from_ref(t)).expect("plan");
-        specs.last().expect("a kernel").source.clone()
+        specs.last().expect("a kernel").source.to_string()
     }
 
     #[test]

@@ -152,8 +152,8 @@ impl IndexCheck {
 pub struct KernelSpec {
     /// A name that says what the kernel is (`fused(add,mul,gelu)`, `reduce_sum`, `matmul_f32_64x64`).
     pub label: String,
-    /// The full WGSL module.
-    pub source: String,
+    /// The full WGSL module, shared: cached plans and their replays hold the same text.
+    pub source: std::sync::Arc<str>,
     /// `meta` parameter words (binding 0).
     pub meta: Vec<u32>,
     /// Input tensors bound at 2, 3, ... (each realised or produced earlier in the schedule).
@@ -248,7 +248,7 @@ impl KernelSpec {
     ) -> KernelSpec {
         KernelSpec {
             label,
-            source,
+            source: source.into(),
             meta,
             inputs,
             output: output.clone(),

@@ -391,7 +391,7 @@ pub fn render_all(caps: &ShaderCaps) -> Result<Vec<KernelSpec>> {
     let singles = covering_graphs().into_iter().map(|t| vec![t]);
     for targets in singles.chain(covering_groups()) {
         for s in super::plan_kernels(caps, 14, &targets)? {
-            if seen.insert(s.source.clone()) {
+            if seen.insert(s.source.to_string()) {
                 specs.push(s);
             }
         }

@@ -17,12 +17,14 @@ pub(crate) fn replay_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TESSERA_PLAN_CACHE").map(|v| v != "0").unwrap_or(true))
 }
 
-/// Most plans kept per device; the cache starts over when full.
+/// Most plans kept per device; past it, the least recently used goes.
 const MAX_PLANS: usize = 256;
 
 struct CachedKernel {
     label: String,
-    source: String,
+    /// Shared with the rendered spec and every replay (a plan of MiniLM holds 61
+    /// kernels of 10-20 KB of WGSL each: copies made each plan about 1 MB).
+    source: Arc<str>,
     meta: Vec<u32>,
     /// (meta index, node position, field, dtype)
     patches: Vec<(usize, usize, ScalarField, DType)>,
@@ -44,16 +46,44 @@ struct CachedPlan {
     kernels: Vec<CachedKernel>,
 }
 
-/// A device's plans by graph signature.
+/// A device's plans by graph signature, each with the tick of its last use.
 #[derive(Default)]
 pub(crate) struct PlanCache {
-    plans: Mutex<HashMap<u64, Arc<CachedPlan>>>,
+    plans: Mutex<Plans>,
+}
+
+#[derive(Default)]
+struct Plans {
+    by_signature: HashMap<u64, (Arc<CachedPlan>, u64)>,
+    tick: u64,
+}
+
+impl Plans {
+    /// Keep `plan` under `hash`, first dropping the least recently used plan when full
+    /// (a server that sees more shapes than `max` keeps its busiest ones).
+    fn insert(&mut self, hash: u64, plan: CachedPlan, max: usize) {
+        if self.by_signature.len() >= max && !self.by_signature.contains_key(&hash) {
+            let oldest = self.by_signature.iter().min_by_key(|(_, (_, used))| *used).map(|(h, _)| *h);
+            if let Some(h) = oldest {
+                self.by_signature.remove(&h);
+            }
+        }
+        self.tick += 1;
+        self.by_signature.insert(hash, (Arc::new(plan), self.tick));
+    }
+
+    fn get(&mut self, hash: u64) -> Option<Arc<CachedPlan>> {
+        self.tick += 1;
+        let (plan, used) = self.by_signature.get_mut(&hash)?;
+        *used = self.tick;
+        Some(plan.clone())
+    }
 }
 
 impl PlanCache {
     /// The kernels of a cached plan for this signature, with scalars refilled.
     pub fn replay(&self, sig: &Signature) -> Option<Vec<KernelSpec>> {
-        let plan = self.plans.lock().ok()?.get(&sig.hash).cloned()?;
+        let plan = self.plans.lock().ok()?.get(sig.hash)?;
         if plan.nodes != sig.nodes.len() {
             return None;
         }
@@ -131,10 +161,7 @@ impl PlanCache {
             });
         }
         if let Ok(mut m) = self.plans.lock() {
-            if m.len() >= MAX_PLANS {
-                m.clear();
-            }
-            m.insert(sig.hash, Arc::new(CachedPlan { nodes: sig.nodes.len(), kernels }));
+            m.insert(sig.hash, CachedPlan { nodes: sig.nodes.len(), kernels }, MAX_PLANS);
         }
     }
 }
