@@ -569,3 +569,145 @@ fn oversized_constants_fail_at_run_not_by_aborting() {
     let s = e.to_string();
     assert!(matches!(e, Error::OutOfMemory { .. } | Error::Limit { .. }) || s.contains("too"), "{s}");
 }
+
+fn ints_attr(name: &str, v: &[i64]) -> proto::AttributeProto {
+    proto::AttributeProto { name: Some(name.into()), r#type: Some(7), ints: v.to_vec(), ..Default::default() }
+}
+
+fn str_attr(name: &str, v: &str) -> proto::AttributeProto {
+    proto::AttributeProto { name: Some(name.into()), r#type: Some(3), s: Some(v.into()), ..Default::default() }
+}
+
+/// Nodes whose attributes, shapes or arity do not fit (each found by mutating the ONNX
+/// node tests' models: every one panicked or looped before) fail their run with an
+/// error naming the node, and the model stays usable.
+#[test]
+fn hostile_nodes_fail_their_run_with_clear_errors() {
+    let dev = Device::cpu();
+    let x4 = vi("x", 1, &[Ok(1), Ok(1), Ok(4), Ok(4)]);
+    let run_err = |nodes: Vec<proto::NodeProto>, inits: Vec<proto::TensorProto>, input: proto::ValueInfoProto| {
+        let bytes = model(proto::GraphProto {
+            node: nodes,
+            initializer: inits,
+            input: vec![input.clone()],
+            output: vec![vi("y", 1, &[])],
+            ..Default::default()
+        });
+        let m = OnnxModel::from_bytes(&bytes, &dev, LoadOptions::default()).expect("the model loads");
+        let dims: Vec<usize> = m.inputs()[0]
+            .dims
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|d| match d {
+                tessera::onnx::Dim::Fixed(n) => *n as usize,
+                _ => 1,
+            })
+            .collect();
+        let x = Tensor::zeros(dims, DType::F32, &dev);
+        let r = m.run(&[("x", x)]).and_then(|o| o[0].tensor.realize_blocking());
+        r.expect_err("a hostile node ran").to_string()
+    };
+    let cases: Vec<(&str, Vec<proto::NodeProto>, Vec<proto::TensorProto>, &str)> = vec![
+        ("MatMul with one input", vec![node("MatMul", &["x"], &["y"])], vec![], "input 1 is required"),
+        ("Gemm with one input", vec![node("Gemm", &["x"], &["y"])], vec![], "input 1 is required"),
+        (
+            "a zero kernel size",
+            vec![with_attr(node("ConvTranspose", &["x", "w"], &["y"]), ints_attr("kernel_shape", &[3, 0]))],
+            vec![init_f32("w", &[1, 1, 3, 3], &[0.0; 9])],
+            "kernel shape [3, 0]",
+        ),
+        (
+            "a kernel past the input",
+            vec![with_attr(node("ConvTranspose", &["x", "w"], &["y"]), ints_attr("kernel_shape", &[3]))],
+            vec![init_f32("w", &[1, 1, 3, 3], &[0.0; 9])],
+            "for 2 spatial axes",
+        ),
+        (
+            "past keys that are not 4-D",
+            vec![node("Attention", &["x", "x", "x", "", "p", "p"], &["y"])],
+            vec![init_f32("p", &[2], &[0.0; 2])],
+            "must be 4-D",
+        ),
+        (
+            "keys that do not fit the queries",
+            vec![node("Attention", &["x", "k", "x"], &["y"])],
+            vec![init_f32("k", &[1, 1, 4, 3], &[0.0; 12])],
+            "shape mismatch",
+        ),
+        (
+            "an einsum term with a stray character",
+            vec![with_attr(node("Einsum", &["x"], &["y"]), str_attr("equation", "...i7->...i"))],
+            vec![],
+            "not letters",
+        ),
+        (
+            "an einsum term naming more axes than its input",
+            vec![with_attr(node("Einsum", &["x"], &["y"]), str_attr("equation", "abcde...->a"))],
+            vec![],
+            "names more axes",
+        ),
+        (
+            "RNN weights that are not 3-D",
+            vec![with_attr(node("GRU", &["x3", "w", "w"], &["y"]), int_attr("hidden_size", 5))],
+            vec![init_f32("w", &[15], &[0.0; 15])],
+            "do not fit hidden_size 5",
+        ),
+        (
+            "an empty axis",
+            vec![node("CumSum", &["x", "a"], &["y"])],
+            vec![init_i64("a", &[0], &[])],
+            "is empty; it must hold one value",
+        ),
+        (
+            "a negative number of outputs",
+            vec![with_attr(node("Split", &["x"], &["y"]), int_attr("num_outputs", -2))],
+            vec![],
+            "num_outputs -2 for 1 outputs",
+        ),
+        (
+            "a block size whose square overflows",
+            vec![with_attr(node("DepthToSpace", &["x"], &["y"]), int_attr("blocksize", 1 << 40))],
+            vec![],
+            "do not divide by blocksize",
+        ),
+        (
+            "pads that make the pooled output enormous",
+            vec![with_attr(
+                with_attr(node("AveragePool", &["x"], &["y"]), ints_attr("kernel_shape", &[1, 2])),
+                ints_attr("pads", &[0, 0, 0, 1 << 40]),
+            )],
+            vec![],
+            "too large",
+        ),
+    ];
+    for (what, nodes, inits, want) in cases {
+        // The GRU case reads a 3-D input.
+        let (nodes, input) = if what.starts_with("RNN") {
+            let mut nodes = nodes;
+            nodes.insert(0, node("Squeeze", &["x"], &["x3"]));
+            (nodes, vi("x", 1, &[Ok(1), Ok(2), Ok(2), Ok(3)]))
+        } else {
+            (nodes, x4.clone())
+        };
+        let e = run_err(nodes, inits, input);
+        assert!(e.contains(want), "{what}: {e}");
+    }
+    // An LRN window of 2^40 channels: cut to the channels there are, it runs at once and
+    // gives what any window past both ends gives.
+    let lrn = |size: i64| {
+        let bytes = model(proto::GraphProto {
+            node: vec![with_attr(node("LRN", &["x"], &["y"]), int_attr("size", size))],
+            input: vec![x4.clone()],
+            output: vec![vi("y", 1, &[])],
+            ..Default::default()
+        });
+        let m = OnnxModel::from_bytes(&bytes, &dev, LoadOptions::default()).expect("LRN loads");
+        let x = rand_t(&[1, 1, 4, 4], 3, 1.0, 2.0, &dev);
+        m.run(&[("x", x)]).unwrap()[0].tensor.to_vec_blocking::<f32>().unwrap()
+    };
+    let (huge, wide) = (lrn(1 << 40), lrn(3));
+    // Both sum the one channel; the scale is alpha / size, so the huge window divides by
+    // nearly nothing: its denominators are the bias alone.
+    assert!(huge.iter().zip(&wide).all(|(h, w)| h.is_finite() && *h >= *w), "{huge:?} against {wide:?}");
+}

@@ -34,9 +34,14 @@ pub(crate) fn attention(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<
     }
     let past = match (cx.topt(n, ins, 4)?, cx.topt(n, ins, 5)?) {
         (Some(pk), Some(pv)) => {
+            if pk.rank() != 4 || pv.rank() != 4 {
+                return Err(n.err(format!("past_key {:?} and past_value {:?} must be 4-D", pk.dims(), pv.dims())));
+            }
             let p = pk.dims()[2];
             k = Tensor::concat(&[pk, k], 2);
             v = Tensor::concat(&[pv, v], 2);
+            k.check()?;
+            v.check()?;
             p
         }
         (None, None) => 0,
@@ -158,6 +163,8 @@ pub(crate) fn attention(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<
         };
         (y, Some(qk))
     };
+    // Shapes that do not fit together surface here, before the result's axes are read.
+    y.check()?;
     let y = if three_d {
         let hv = y.dims()[3];
         y.permute(&[0, 2, 1, 3]).reshape(vec![b, s, heads * hv])

@@ -277,7 +277,7 @@ pub(crate) fn identity(_: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Va
 
 pub(crate) fn dropout(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     if let Some(t) = opt(ins, 2) {
-        if t.as_host().is_none_or(|h| h.data.f(0) != 0.0) {
+        if t.as_host().is_none_or(|h| h.numel() != 1 || h.data.f(0) != 0.0) {
             return Err(n.err("Dropout in training mode is not supported (inference only)"));
         }
     }

@@ -117,6 +117,9 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
         })()),
         "Range" => one((|| {
             let (s, l, d) = (h(0)?, h(1)?, h(2)?);
+            if s.numel() == 0 || l.numel() == 0 || d.numel() == 0 {
+                return Err(n.err("start, limit and delta must each hold one value"));
+            }
             let count = range_len(n, s.data.f(0), l.data.f(0), d.data.f(0))?;
             let (s0, d0) = (s.data.f(0), d.data.f(0));
             if s.elem.is_float() {
@@ -402,13 +405,14 @@ pub(crate) fn split_plan(n: &Node, dims: &[usize], split_input: Option<&HostTens
         None => {
             let parts = match n.attr_int("num_outputs", 0) {
                 0 => outs,
-                k => k as usize,
+                k if k as u64 == outs as u64 => outs,
+                k => return Err(n.err(format!("num_outputs {k} for {outs} outputs"))),
             };
             let chunk = d.div_ceil(parts);
             (0..parts).map(|i| chunk.min(d.saturating_sub(i * chunk))).collect()
         }
     };
-    if sizes.iter().sum::<usize>() != d {
+    if sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b)) != Some(d) {
         return Err(n.err(format!("split sizes {sizes:?} do not add up to the axis size {d}")));
     }
     let mut start = 0;

@@ -59,7 +59,7 @@ pub(crate) fn product(a: &Tensor, b: &Tensor) -> Tensor {
 pub(crate) fn matmul(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let elem = input(n, ins, 0)?.elem();
     let a = cx.tin(n, ins, 0)?;
-    if let Some(p) = cx.prepared.get(&n.inputs[1]) {
+    if let Some(p) = n.inputs.get(1).and_then(|w| cx.prepared.get(w)) {
         return Ok(vec![dev(times_transposed(&a, &p.wt), elem)]);
     }
     let b = cx.tin(n, ins, 1)?;
@@ -73,7 +73,7 @@ pub(crate) fn gemm(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         a = a.t();
     }
     let (alpha, beta) = (n.attr_float("alpha", 1.0) as f64, n.attr_float("beta", 1.0) as f64);
-    let mut y = match cx.prepared.get(&n.inputs[1]) {
+    let mut y = match n.inputs.get(1).and_then(|w| cx.prepared.get(w)) {
         Some(p) => times_transposed(&a, &p.wt),
         None => {
             let mut b = cx.tin(n, ins, 1)?;
@@ -203,18 +203,32 @@ pub(crate) fn einsum(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         return Err(n.err(format!("equation '{eq}' has {} terms for {} inputs", terms.len(), ts.len())));
     }
     // Expand "..." into placeholder letters ('0', '1', ...) of the broadcast rank.
+    let named = |t: &str| t.chars().filter(|c| c.is_alphabetic()).count();
+    for t in terms.iter().copied().chain(rhs.as_deref()) {
+        let bad = t.chars().any(|c| !c.is_alphabetic() && c != '.') || t.matches("...").count() > 1;
+        if bad || t.replace("...", "").contains('.') {
+            return Err(n.err(format!("einsum term '{t}' in '{eq}' is not letters with at most one '...'")));
+        }
+    }
     let mut ell = 0usize;
     for (t, x) in terms.iter().zip(&ts) {
         if t.contains("...") {
-            ell = ell.max(x.rank() + 3 - t.chars().count());
+            let k = x
+                .rank()
+                .checked_sub(named(t))
+                .ok_or_else(|| n.err(format!("einsum term '{t}' names more axes than its input {:?} has", x.dims())))?;
+            ell = ell.max(k);
         }
+    }
+    if ell > 9 {
+        return Err(n.err(format!("'...' in '{eq}' stands for {ell} axes; at most 9 are supported")));
     }
     let fill = |t: &str, rank: usize| -> Vec<char> {
         let mut out = Vec::new();
         let named = t.chars().filter(|c| c.is_alphabetic()).count();
         for part in t.split("...").enumerate() {
             if part.0 == 1 {
-                let k = rank.saturating_sub(named);
+                let k = rank.saturating_sub(named).min(ell);
                 out.extend((ell - k..ell).map(|i| char::from(b'0' + i as u8)));
             }
             out.extend(part.1.chars());

@@ -207,6 +207,16 @@ pub(crate) fn host_input<'v>(n: &Node, ins: &'v [Option<Value>], i: usize, what:
     })
 }
 
+/// Host input `i`'s single value (a scalar or a one-element tensor): an empty one is an
+/// error, not a read past its end.
+pub(crate) fn host_scalar(n: &Node, ins: &[Option<Value>], i: usize, what: &str) -> Result<f64> {
+    let h = host_input(n, ins, i, what)?;
+    if h.numel() == 0 {
+        return Err(n.err(format!("its {what} (input {i}) is empty; it must hold one value")));
+    }
+    Ok(h.data.f(0))
+}
+
 /// Optional host input `i` as integers.
 pub(crate) fn host_ints_opt(n: &Node, ins: &[Option<Value>], i: usize, what: &str) -> Result<Option<Vec<i64>>> {
     match opt(ins, i) {

@@ -5,7 +5,7 @@
 //! shape arithmetic is.
 
 use super::host::{self, axes_arg, flatten_dims, reshape_dims, slice_plan, split_plan, squeeze_dims, unsqueeze_dims};
-use super::{as_float, axis, dev, host_input, host_ints_opt, input, opt, to_usize, Cx};
+use super::{as_float, axis, dev, host_input, host_ints_opt, host_scalar, input, opt, to_usize, Cx};
 use crate::onnx::read::{Attr, Node};
 use crate::onnx::value::{Elem, HostTensor, Value};
 use crate::{DType, Result, Tensor};
@@ -65,13 +65,14 @@ pub(crate) fn size(_: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
 }
 
 pub(crate) fn range(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
-    let s = host_input(n, ins, 0, "start")?;
-    let l = host_input(n, ins, 1, "limit")?;
-    let d = host_input(n, ins, 2, "delta")?;
-    let count = host::range_len(n, s.data.f(0), l.data.f(0), d.data.f(0))?;
-    let t = Tensor::arange(s.data.f(0), s.data.f(0) + count as f64 * d.data.f(0), d.data.f(0), s.elem.dtype(), cx.dev);
+    let elem = host_input(n, ins, 0, "start")?.elem;
+    let s = host_scalar(n, ins, 0, "start")?;
+    let l = host_scalar(n, ins, 1, "limit")?;
+    let d = host_scalar(n, ins, 2, "delta")?;
+    let count = host::range_len(n, s, l, d)?;
+    let t = Tensor::arange(s, s + count as f64 * d, d, elem.dtype(), cx.dev);
     let t = if t.dims()[0] != count { t.narrow(0, 0, count.min(t.dims()[0])) } else { t };
-    Ok(vec![dev(t, s.elem)])
+    Ok(vec![dev(t, elem)])
 }
 
 pub(crate) fn reshape(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
@@ -253,7 +254,7 @@ pub(crate) fn pad(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
         n.attr_float("value", 0.0) as f64
     } else {
         match opt(ins, 2) {
-            Some(_) => host_input(n, ins, 2, "constant_value")?.data.f(0),
+            Some(_) => host_scalar(n, ins, 2, "constant_value")?,
             None => 0.0,
         }
     };
@@ -350,7 +351,7 @@ pub(crate) fn trilu(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Valu
         return Err(n.err("Trilu needs rank 2 or more"));
     }
     let k = match opt(ins, 1) {
-        Some(_) => host_input(n, ins, 1, "k")?.ints()[0],
+        Some(_) => host_scalar(n, ins, 1, "k")? as i64,
         None => 0,
     };
     let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
@@ -372,7 +373,7 @@ pub(crate) fn depth_space(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Ve
     let (nn, c, h, w) = (d[0], d[1], d[2], d[3]);
     let x = cx.tin(n, ins, 0)?;
     let y = if n.op == "DepthToSpace" {
-        if b == 0 || c % (b * b) != 0 {
+        if b == 0 || b.checked_mul(b).is_none_or(|bb| c % bb != 0) {
             return Err(n.err(format!("{c} channels do not divide by blocksize {b} squared")));
         }
         let c2 = c / (b * b);
@@ -394,7 +395,7 @@ pub(crate) fn depth_space(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Ve
 
 pub(crate) fn one_hot(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let iv = input(n, ins, 0)?;
-    let depth = host_input(n, ins, 1, "depth")?.data.f(0) as i64;
+    let depth = host_scalar(n, ins, 1, "depth")? as i64;
     let values = host_input(n, ins, 2, "values")?;
     if depth <= 0 || values.numel() != 2 {
         return Err(n.err("depth must be positive and values hold [off, on]"));
@@ -420,7 +421,7 @@ pub(crate) fn non_zero(_: &Cx, n: &Node, _: &[Option<Value>]) -> Result<Vec<Valu
 pub(crate) fn cumsum(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let v = input(n, ins, 0)?;
     let r = v.dims().len();
-    let ax = axis(n, host_input(n, ins, 1, "axis")?.ints()[0], r)?;
+    let ax = axis(n, host_scalar(n, ins, 1, "axis")? as i64, r)?;
     let len = v.dims()[ax];
     let (excl, rev) = (n.attr_int("exclusive", 0) != 0, n.attr_int("reverse", 0) != 0);
     // x (axis moved last) @ T, T[i][j] = 1 where element i adds into output j.

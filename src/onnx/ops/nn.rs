@@ -34,14 +34,19 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
     if stride.contains(&0) || dilation.contains(&0) {
         return Err(n.err("strides and dilations must be positive"));
     }
+    let eff = spans(n, kernel, &dilation)?;
     let mut pads = vec![0usize; 2 * k];
     match n.attr_str("auto_pad", "NOTSET").as_str() {
         "SAME_UPPER" | "SAME_LOWER" => {
             let upper = n.attr_str("auto_pad", "") == "SAME_UPPER";
             for i in 0..k {
                 let out = spatial[i].div_ceil(stride[i]);
-                let eff = (kernel[i] - 1) * dilation[i] + 1;
-                let total = ((out - 1) * stride[i] + eff).saturating_sub(spatial[i]);
+                let total = out
+                    .saturating_sub(1)
+                    .checked_mul(stride[i])
+                    .and_then(|x| x.checked_add(eff[i]))
+                    .ok_or_else(|| n.err("the convolution's size overflows"))?
+                    .saturating_sub(spatial[i]);
                 let small = total / 2;
                 let (b, e) = if upper { (small, total - small) } else { (total - small, small) };
                 pads[i] = b;
@@ -77,6 +82,20 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
     })
 }
 
+/// Each spatial axis's dilated kernel extent, `(kernel - 1) * dilation + 1`: one kernel
+/// size per axis, each at least 1, and no overflow.
+fn spans(n: &Node, kernel: &[usize], dilation: &[usize]) -> Result<Vec<usize>> {
+    if kernel.len() != dilation.len() || kernel.contains(&0) {
+        return Err(n.err(format!("kernel shape {kernel:?} for {} spatial axes (each at least 1)", dilation.len())));
+    }
+    kernel
+        .iter()
+        .zip(dilation)
+        .map(|(&k, &d)| (k - 1).checked_mul(d).and_then(|x| x.checked_add(1)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| n.err("the kernel's dilated size overflows"))
+}
+
 /// The input as `[N, C, H, W]` (a 1-D input gets `H = 1`).
 fn as_4d(n: &Node, x: &Tensor) -> Result<Tensor> {
     match x.rank() {
@@ -97,6 +116,9 @@ fn back(y: Tensor, rank: usize) -> Tensor {
 pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let v = input(n, ins, 0)?;
     let rank = v.dims().len();
+    if !(3..=4).contains(&rank) {
+        return Err(n.err(format!("{}-D inputs are not supported (1-D and 2-D are)", rank.saturating_sub(2))));
+    }
     let integer = n.op == "ConvInteger";
     let mut x = cx.tin(n, ins, 0)?;
     let mut w = cx.tin(n, ins, 1)?;
@@ -108,6 +130,9 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             x = x.sub(&as_float(&z));
         }
         if let Some(z) = cx.topt(n, ins, 3)? {
+            if w.rank() != rank {
+                return Err(n.err(format!("weight of rank {} for an input of rank {rank}", w.rank())));
+            }
             let z = as_float(&z);
             let z = if z.numel() > 1 { z.reshape(vec![z.numel(), 1, 1, 1][..w.rank()].to_vec()) } else { z };
             w = w.sub(&z);
@@ -173,23 +198,35 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
     };
     let stride = list("strides", 1)?;
     let dilation = list("dilations", 1)?;
+    if stride.contains(&0) || dilation.contains(&0) {
+        return Err(n.err("strides and dilations must be positive"));
+    }
     let mut out_pad = list("output_padding", 0)?;
     let spatial = &v.dims()[2..];
-    let eff: Vec<usize> = (0..k).map(|i| (kernel[i] - 1) * dilation[i] + 1).collect();
-    let full: Vec<usize> = (0..k).map(|i| (spatial[i] - 1) * stride[i] + eff[i]).collect();
+    if spatial.contains(&0) {
+        return Err(n.err(format!("an empty spatial axis in {:?}", v.dims())));
+    }
+    let eff = spans(n, &kernel, &dilation)?;
+    let full: Vec<usize> = (0..k)
+        .map(|i| (spatial[i] - 1).checked_mul(stride[i]).and_then(|x| x.checked_add(eff[i])))
+        .collect::<Option<_>>()
+        .ok_or_else(|| n.err("the transposed convolution's size overflows"))?;
     let mut pads = vec![0usize; 2 * k];
     let auto = n.attr_str("auto_pad", "NOTSET");
     if let Some(os) = n.attr_ints("output_shape") {
         let os: Vec<usize> =
             os.iter().rev().take(k).rev().map(|&x| to_usize(n, x, "output size")).collect::<Result<_>>()?;
+        if os.len() != k {
+            return Err(n.err(format!("output_shape {os:?} for {k} spatial axes")));
+        }
         for i in 0..k {
-            let total = (full[i] + out_pad[i]) as i64 - os[i] as i64;
-            if total < 0 {
+            let have = full[i].saturating_add(out_pad[i]);
+            if have < os[i] {
                 // The output is larger than the full convolution: grow the end.
-                out_pad[i] += (-total) as usize;
+                out_pad[i] += os[i] - have;
                 continue;
             }
-            let total = total as usize;
+            let total = have - os[i];
             let (b, e) =
                 if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
             pads[i] = b;
@@ -198,7 +235,7 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
     } else if auto == "SAME_UPPER" || auto == "SAME_LOWER" {
         for i in 0..k {
             let target = spatial[i] * stride[i];
-            let total = (full[i] + out_pad[i]).saturating_sub(target);
+            let total = full[i].saturating_add(out_pad[i]).saturating_sub(target);
             let (b, e) =
                 if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
             pads[i] = b;
@@ -243,6 +280,7 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
     };
     let op = if k == 1 { (0, out_pad[0]) } else { (out_pad[0], out_pad[1]) };
     let mut y = x.conv_transpose2d(&w, bias.as_ref(), opts, op);
+    y.check()?;
     if !sym {
         for i in 0..k {
             let a = 4 - k + i;
@@ -278,23 +316,27 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     let (h, w) = (x.dims()[2], x.dims()[3]);
     let ceil = n.attr_int("ceil_mode", 0) != 0;
     // Output size per axis, and any extra end padding that ceil mode needs.
+    let eff = spans(n, &g.kernel, &g.dilation)?;
     let out = |i: usize, len: usize, pb: usize, pe: usize| -> Result<(usize, usize)> {
-        let eff = (g.kernel[i] - 1) * g.dilation[i] + 1;
-        let span = len + pb + pe;
+        let eff = eff[i];
+        let span = len.checked_add(pb).and_then(|x| x.checked_add(pe)).ok_or_else(|| n.err("pads overflow"))?;
         if span < eff {
             return Err(n.err(format!("a window of {eff} does not fit {len} + pads")));
         }
         let s = g.stride[i];
         let mut o = if ceil { (span - eff).div_ceil(s) + 1 } else { (span - eff) / s + 1 };
-        if ceil && (o - 1) * s >= len + pb {
+        if ceil && (o - 1).saturating_mul(s) >= len + pb {
             o -= 1;
         }
-        let need = ((o - 1) * s + eff).saturating_sub(span);
+        let need = (o - 1).saturating_mul(s).saturating_add(eff).saturating_sub(span);
         Ok((o, need))
     };
     let [t, l, b, r] = g.pads;
     let (oh, eh) = out(0, h, t, b)?;
     let (ow, ew) = out(1, w, l, r)?;
+    if oh.checked_mul(ow).is_none_or(|hw| hw > 1 << 31) {
+        return Err(n.err(format!("a pooled output of {oh} x {ow} per channel is too large")));
+    }
     let pad_value = if max { f64::NEG_INFINITY } else { 0.0 };
     let padded = if t + b + eh + l + r + ew > 0 {
         x.pad(&[(0, 0), (0, 0), (t, b + eh), (l, r + ew)], pad_value)
@@ -321,33 +363,35 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             sum.div_scalar(area as f64)
         } else {
             // How many elements each window averages: inside the input, or inside the
-            // declared pads too with count_include_pad, never in ceil mode's extra.
-            let mut counts = vec![0f32; oh * ow];
-            let (lo_h, hi_h) = if include { (0i64, (h + t + b) as i64) } else { (t as i64, (t + h) as i64) };
-            let (lo_w, hi_w) = if include { (0i64, (w + l + r) as i64) } else { (l as i64, (l + w) as i64) };
-            for i in 0..oh {
-                for j in 0..ow {
-                    let mut c = 0;
-                    for a in 0..g.kernel[0] {
-                        let y = (i * g.stride[0] + a * g.dilation[0]) as i64;
-                        if y < lo_h || y >= hi_h {
-                            continue;
-                        }
-                        for bb in 0..g.kernel[1] {
-                            let xx = (j * g.stride[1] + bb * g.dilation[1]) as i64;
-                            if xx >= lo_w && xx < hi_w {
-                                c += 1;
-                            }
-                        }
-                    }
-                    counts[i * ow + j] = c.max(1) as f32;
-                }
-            }
+            // declared pads too with count_include_pad, never in ceil mode's extra. A
+            // window's count is the product of its two axes' counts.
+            let (lo_h, hi_h) = if include { (0, h + t + b) } else { (t, t + h) };
+            let (lo_w, hi_w) = if include { (0, w + l + r) } else { (l, l + w) };
+            let rows = window_counts(oh, g.stride[0], g.dilation[0], g.kernel[0], lo_h, hi_h);
+            let cols = window_counts(ow, g.stride[1], g.dilation[1], g.kernel[1], lo_w, hi_w);
+            let counts: Vec<f32> =
+                rows.iter().flat_map(|&a| cols.iter().map(move |&b| (a * b).max(1) as f32)).collect();
             let c = Tensor::from_slice(&counts, [1, 1, oh, ow], cx.dev);
             sum.div(&c.cast(sum.dtype()))
         }
     };
     Ok(vec![dev(back(y, rank), v.elem())])
+}
+
+/// For each of `outs` windows along one axis (window `i` covers positions
+/// `i * stride + a * dilation` for `a` in `0..kernel`), how many positions lie in
+/// `lo..hi`. Counted in closed form, so a huge kernel from a file costs nothing.
+fn window_counts(outs: usize, stride: usize, dilation: usize, kernel: usize, lo: usize, hi: usize) -> Vec<u64> {
+    (0..outs)
+        .map(|i| {
+            let start = (i as u128) * stride as u128;
+            let d = dilation as u128;
+            // The first a with start + a d >= lo, and the first with start + a d >= hi.
+            let first = |bound: u128| if start >= bound { 0 } else { (bound - start).div_ceil(d) };
+            let (a0, a1) = (first(lo as u128).min(kernel as u128), first(hi as u128).min(kernel as u128));
+            a1.saturating_sub(a0) as u64
+        })
+        .collect()
 }
 
 pub(crate) fn global_pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
@@ -492,11 +536,13 @@ pub(crate) fn lrn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
     let x = cx.tin(n, ins, 0)?;
     let (nb, c) = (dims[0], dims[1]);
     let hw: usize = dims[2..].iter().product();
-    let pre = (size - 1) / 2;
-    let post = size - 1 - pre;
+    // A window reaching past the channels adds only zeros there, so it is cut to them
+    // (a size of 2^40 from a file then costs what a size of 2c does).
+    let pre = ((size - 1) / 2).min(c);
+    let post = (size - 1 - (size - 1) / 2).min(c);
     // Sum of squares over a window of channels: im2col along the channel axis.
     let sq = as_float(&x).square().reshape(vec![nb, 1, c, hw]).pad(&[(0, 0), (0, 0), (pre, post), (0, 0)], 0.0);
-    let win = Window { kernel: (size, 1), stride: (1, 1), padding: (0, 0), dilation: (1, 1) };
+    let win = Window { kernel: (pre + post + 1, 1), stride: (1, 1), padding: (0, 0), dilation: (1, 1) };
     let sums = sq.im2col(win, 0.0).sum(&[2], false).reshape(dims.clone());
     let denom = sums.mul_scalar(alpha / size as f64).add_scalar(bias).pow_scalar(beta);
     Ok(vec![dev(as_float(&x).div(&denom).cast(x.dtype()), v.elem())])

@@ -37,8 +37,9 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
     let hidden = to_usize(n, n.attr_int("hidden_size", 0), "hidden_size")?;
     let w = cx.tin(n, ins, 1)?;
     let r = cx.tin(n, ins, 2)?;
-    let dirs = w.dims()[0];
-    if hidden == 0 || w.rank() != 3 || w.dims()[1] != gates * hidden || r.dims() != [dirs, gates * hidden, hidden] {
+    let dirs = w.dims().first().copied().unwrap_or(0);
+    let rows = gates * hidden.min(1 << 40);
+    if hidden == 0 || w.rank() != 3 || w.dims()[1] != rows || r.dims() != [dirs, rows, hidden] {
         return Err(n.err(format!(
             "weights W {:?} and R {:?} do not fit hidden_size {hidden} with {gates} gates",
             w.dims(),
@@ -46,7 +47,7 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
         )));
     }
     let direction = n.attr_str("direction", "forward");
-    if (direction == "bidirectional") != (dirs == 2) {
+    if (direction == "bidirectional") != (dirs == 2) || dirs == 0 || dirs > 2 {
         return Err(n.err(format!("direction '{direction}' with {dirs} weight sets")));
     }
     if n.has_attr("clip") {
