@@ -170,6 +170,7 @@ impl Tensor {
     }
 
     /// `Err` with the recorded error, or `Ok(())`.
+    #[inline(never)]
     pub fn check(&self) -> Result<()> {
         match &self.0.error {
             Some(e) => Err(e.clone()),

@@ -237,6 +237,8 @@ pub struct Window {
 impl KernelSpec {
     /// A hand-written kernel (matmul, GEMV, attention, softmax, norm): no generated
     /// bounds checks and no patched scalars; `trusted` as [`KernelSpec::trusted`].
+    /// (Not inlined: the npm package's size budget.)
+    #[inline(never)]
     pub(crate) fn hand_written(
         label: String,
         source: String,

@@ -9,6 +9,7 @@ use crate::kernels::codegen::ScalarField;
 use crate::kernels::{IndexCheck, KernelSpec};
 use crate::{DType, Tensor};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// Whether cached plans are replayed (`TESSERA_PLAN_CACHE=0` turns it off, to compare).
@@ -22,8 +23,7 @@ const MAX_PLANS: usize = 256;
 
 struct CachedKernel {
     label: String,
-    /// Shared with the rendered spec and every replay (a plan of MiniLM holds 61
-    /// kernels of 10-20 KB of WGSL each: copies made each plan about 1 MB).
+    /// Shared with the rendered spec and every replay, which then copy no WGSL.
     source: Arc<str>,
     meta: Vec<u32>,
     /// (meta index, node position, field, dtype)
@@ -44,6 +44,8 @@ struct CachedKernel {
 struct CachedPlan {
     nodes: usize,
     kernels: Vec<CachedKernel>,
+    /// The cache's tick at this plan's last use.
+    used: std::sync::atomic::AtomicU64,
 }
 
 /// A device's plans by graph signature, each with the tick of its last use.
@@ -54,7 +56,7 @@ pub(crate) struct PlanCache {
 
 #[derive(Default)]
 struct Plans {
-    by_signature: HashMap<u64, (Arc<CachedPlan>, u64)>,
+    by_signature: HashMap<u64, Arc<CachedPlan>>,
     tick: u64,
 }
 
@@ -63,19 +65,21 @@ impl Plans {
     /// (a server that sees more shapes than `max` keeps its busiest ones).
     fn insert(&mut self, hash: u64, plan: CachedPlan, max: usize) {
         if self.by_signature.len() >= max && !self.by_signature.contains_key(&hash) {
-            let oldest = self.by_signature.iter().min_by_key(|(_, (_, used))| *used).map(|(h, _)| *h);
+            let used = |p: &Arc<CachedPlan>| p.used.load(Ordering::Relaxed);
+            let oldest = self.by_signature.iter().min_by_key(|(_, p)| used(p)).map(|(h, _)| *h);
             if let Some(h) = oldest {
                 self.by_signature.remove(&h);
             }
         }
         self.tick += 1;
-        self.by_signature.insert(hash, (Arc::new(plan), self.tick));
+        plan.used.store(self.tick, Ordering::Relaxed);
+        self.by_signature.insert(hash, Arc::new(plan));
     }
 
     fn get(&mut self, hash: u64) -> Option<Arc<CachedPlan>> {
         self.tick += 1;
-        let (plan, used) = self.by_signature.get_mut(&hash)?;
-        *used = self.tick;
+        let plan = self.by_signature.get(&hash)?;
+        plan.used.store(self.tick, Ordering::Relaxed);
         Some(plan.clone())
     }
 }
@@ -161,7 +165,8 @@ impl PlanCache {
             });
         }
         if let Ok(mut m) = self.plans.lock() {
-            m.insert(sig.hash, CachedPlan { nodes: sig.nodes.len(), kernels }, MAX_PLANS);
+            let plan = CachedPlan { nodes: sig.nodes.len(), kernels, used: Default::default() };
+            m.insert(sig.hash, plan, MAX_PLANS);
         }
     }
 }

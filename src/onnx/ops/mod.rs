@@ -212,7 +212,7 @@ pub(crate) fn host_input<'v>(n: &Node, ins: &'v [Option<Value>], i: usize, what:
 pub(crate) fn host_scalar(n: &Node, ins: &[Option<Value>], i: usize, what: &str) -> Result<f64> {
     let h = host_input(n, ins, i, what)?;
     if h.numel() == 0 {
-        return Err(n.err(format!("its {what} (input {i}) is empty; it must hold one value")));
+        return Err(n.err(format!("its {what} is empty; it must hold one value")));
     }
     Ok(h.data.f(0))
 }

@@ -85,15 +85,17 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
 /// Each spatial axis's dilated kernel extent, `(kernel - 1) * dilation + 1`: one kernel
 /// size per axis, each at least 1, and no overflow.
 fn spans(n: &Node, kernel: &[usize], dilation: &[usize]) -> Result<Vec<usize>> {
-    if kernel.len() != dilation.len() || kernel.contains(&0) {
-        return Err(n.err(format!("kernel shape {kernel:?} for {} spatial axes (each at least 1)", dilation.len())));
+    let mut out = Vec::with_capacity(kernel.len());
+    for (&k, &d) in kernel.iter().zip(dilation) {
+        match k.checked_sub(1).and_then(|x| x.checked_mul(d)).and_then(|x| x.checked_add(1)) {
+            Some(e) => out.push(e),
+            None => break,
+        }
     }
-    kernel
-        .iter()
-        .zip(dilation)
-        .map(|(&k, &d)| (k - 1).checked_mul(d).and_then(|x| x.checked_add(1)))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| n.err("the kernel's dilated size overflows"))
+    if out.len() != dilation.len() || kernel.len() != dilation.len() {
+        return Err(n.err("kernel_shape needs a size of at least 1 for each spatial axis (and no overflow)"));
+    }
+    Ok(out)
 }
 
 /// The input as `[N, C, H, W]` (a 1-D input gets `H = 1`).
@@ -117,7 +119,7 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     let v = input(n, ins, 0)?;
     let rank = v.dims().len();
     if !(3..=4).contains(&rank) {
-        return Err(n.err(format!("{}-D inputs are not supported (1-D and 2-D are)", rank.saturating_sub(2))));
+        return Err(n.err("only 1-D and 2-D convolutions are supported"));
     }
     let integer = n.op == "ConvInteger";
     let mut x = cx.tin(n, ins, 0)?;
@@ -198,26 +200,22 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
     };
     let stride = list("strides", 1)?;
     let dilation = list("dilations", 1)?;
-    if stride.contains(&0) || dilation.contains(&0) {
-        return Err(n.err("strides and dilations must be positive"));
-    }
     let mut out_pad = list("output_padding", 0)?;
     let spatial = &v.dims()[2..];
-    if spatial.contains(&0) {
-        return Err(n.err(format!("an empty spatial axis in {:?}", v.dims())));
-    }
+    // (A zero stride or dilation, or an empty input, is refused by conv_transpose2d.)
     let eff = spans(n, &kernel, &dilation)?;
-    let full: Vec<usize> = (0..k)
-        .map(|i| (spatial[i] - 1).checked_mul(stride[i]).and_then(|x| x.checked_add(eff[i])))
-        .collect::<Option<_>>()
-        .ok_or_else(|| n.err("the transposed convolution's size overflows"))?;
+    let mut full = Vec::with_capacity(k);
+    for i in 0..k {
+        let f = spatial[i].saturating_sub(1).checked_mul(stride[i]).and_then(|x| x.checked_add(eff[i]));
+        full.push(f.ok_or_else(|| n.err("the output size overflows"))?);
+    }
     let mut pads = vec![0usize; 2 * k];
     let auto = n.attr_str("auto_pad", "NOTSET");
     if let Some(os) = n.attr_ints("output_shape") {
         let os: Vec<usize> =
             os.iter().rev().take(k).rev().map(|&x| to_usize(n, x, "output size")).collect::<Result<_>>()?;
         if os.len() != k {
-            return Err(n.err(format!("output_shape {os:?} for {k} spatial axes")));
+            return Err(n.err("output_shape needs a size for each spatial axis"));
         }
         for i in 0..k {
             let have = full[i].saturating_add(out_pad[i]);
@@ -335,7 +333,7 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     let (oh, eh) = out(0, h, t, b)?;
     let (ow, ew) = out(1, w, l, r)?;
     if oh.checked_mul(ow).is_none_or(|hw| hw > 1 << 31) {
-        return Err(n.err(format!("a pooled output of {oh} x {ow} per channel is too large")));
+        return Err(n.err("the pooled output is too large"));
     }
     let pad_value = if max { f64::NEG_INFINITY } else { 0.0 };
     let padded = if t + b + eh + l + r + ew > 0 {
@@ -367,10 +365,14 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             // window's count is the product of its two axes' counts.
             let (lo_h, hi_h) = if include { (0, h + t + b) } else { (t, t + h) };
             let (lo_w, hi_w) = if include { (0, w + l + r) } else { (l, l + w) };
-            let rows = window_counts(oh, g.stride[0], g.dilation[0], g.kernel[0], lo_h, hi_h);
-            let cols = window_counts(ow, g.stride[1], g.dilation[1], g.kernel[1], lo_w, hi_w);
-            let counts: Vec<f32> =
-                rows.iter().flat_map(|&a| cols.iter().map(move |&b| (a * b).max(1) as f32)).collect();
+            let mut counts = Vec::with_capacity(oh * ow);
+            for i in 0..oh {
+                let a = window_count(i, g.stride[0], g.dilation[0], g.kernel[0], lo_h, hi_h);
+                for j in 0..ow {
+                    let b = window_count(j, g.stride[1], g.dilation[1], g.kernel[1], lo_w, hi_w);
+                    counts.push((a as f64 * b as f64).max(1.0) as f32);
+                }
+            }
             let c = Tensor::from_slice(&counts, [1, 1, oh, ow], cx.dev);
             sum.div(&c.cast(sum.dtype()))
         }
@@ -378,20 +380,15 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     Ok(vec![dev(back(y, rank), v.elem())])
 }
 
-/// For each of `outs` windows along one axis (window `i` covers positions
-/// `i * stride + a * dilation` for `a` in `0..kernel`), how many positions lie in
-/// `lo..hi`. Counted in closed form, so a huge kernel from a file costs nothing.
-fn window_counts(outs: usize, stride: usize, dilation: usize, kernel: usize, lo: usize, hi: usize) -> Vec<u64> {
-    (0..outs)
-        .map(|i| {
-            let start = (i as u128) * stride as u128;
-            let d = dilation as u128;
-            // The first a with start + a d >= lo, and the first with start + a d >= hi.
-            let first = |bound: u128| if start >= bound { 0 } else { (bound - start).div_ceil(d) };
-            let (a0, a1) = (first(lo as u128).min(kernel as u128), first(hi as u128).min(kernel as u128));
-            a1.saturating_sub(a0) as u64
-        })
-        .collect()
+/// How many positions of window `i` along one axis (`i * stride + a * dilation` for `a`
+/// in `0..kernel`) lie in `lo..hi`. Counted in closed form, so a huge kernel from a file
+/// costs nothing.
+fn window_count(i: usize, stride: usize, dilation: usize, kernel: usize, lo: usize, hi: usize) -> usize {
+    // The first a with start + a d >= lo, and the first with start + a d >= hi (a start
+    // past usize is past both).
+    let start = i.saturating_mul(stride);
+    let first = |bound: usize| if start >= bound { 0 } else { (bound - start).div_ceil(dilation) };
+    first(hi).min(kernel).saturating_sub(first(lo).min(kernel))
 }
 
 pub(crate) fn global_pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {

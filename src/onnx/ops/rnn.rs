@@ -38,7 +38,7 @@ pub(crate) fn rnn(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
     let w = cx.tin(n, ins, 1)?;
     let r = cx.tin(n, ins, 2)?;
     let dirs = w.dims().first().copied().unwrap_or(0);
-    let rows = gates * hidden.min(1 << 40);
+    let rows = hidden.saturating_mul(gates);
     if hidden == 0 || w.rank() != 3 || w.dims()[1] != rows || r.dims() != [dirs, rows, hidden] {
         return Err(n.err(format!(
             "weights W {:?} and R {:?} do not fit hidden_size {hidden} with {gates} gates",
