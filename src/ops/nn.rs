@@ -388,7 +388,8 @@ fn conv_transpose2d_impl(
     }
     // Output size: the input size of the convolution this is the adjoint of.
     let side = |n: usize, s: usize, p: usize, d: usize, k: usize, op_: usize| -> Option<usize> {
-        ((n.checked_sub(1)?).checked_mul(s)? + d.checked_mul(k - 1)? + op_ + 1).checked_sub(2 * p)
+        let full = n.checked_sub(1)?.checked_mul(s)?.checked_add(d.checked_mul(k - 1)?)?;
+        full.checked_add(op_ + 1)?.checked_sub(p.checked_mul(2)?)
     };
     let (Some(ho), Some(wo)) = (
         side(h, o.stride.0, o.padding.0, o.dilation.0, kh, out_pad.0),

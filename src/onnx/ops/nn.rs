@@ -232,7 +232,7 @@ pub(crate) fn conv_transpose(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result
         }
     } else if auto == "SAME_UPPER" || auto == "SAME_LOWER" {
         for i in 0..k {
-            let target = spatial[i] * stride[i];
+            let target = spatial[i].saturating_mul(stride[i]);
             let total = full[i].saturating_add(out_pad[i]).saturating_sub(target);
             let (b, e) =
                 if auto == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
