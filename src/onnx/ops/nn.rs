@@ -125,6 +125,9 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     let mut x = cx.tin(n, ins, 0)?;
     let mut w = cx.tin(n, ins, 1)?;
     let mut bias = if integer { None } else { cx.topt(n, ins, 2)? };
+    if w.rank() != rank {
+        return Err(n.err(format!("weight of rank {} for an input of rank {rank}", w.rank())));
+    }
     if integer {
         x = as_float(&x);
         w = as_float(&w);
@@ -132,16 +135,10 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             x = x.sub(&as_float(&z));
         }
         if let Some(z) = cx.topt(n, ins, 3)? {
-            if w.rank() != rank {
-                return Err(n.err(format!("weight of rank {} for an input of rank {rank}", w.rank())));
-            }
             let z = as_float(&z);
             let z = if z.numel() > 1 { z.reshape(vec![z.numel(), 1, 1, 1][..w.rank()].to_vec()) } else { z };
             w = w.sub(&z);
         }
-    }
-    if w.rank() != rank {
-        return Err(n.err(format!("weight of rank {} for an input of rank {rank}", w.rank())));
     }
     let wd = w.dims().to_vec();
     let kernel: Vec<usize> = match n.attr_ints("kernel_shape") {
@@ -326,7 +323,7 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         if ceil && (o - 1).saturating_mul(s) >= len + pb {
             o -= 1;
         }
-        let need = (o - 1).saturating_mul(s).saturating_add(eff).saturating_sub(span);
+        let need = o.saturating_sub(1).saturating_mul(s).saturating_add(eff).saturating_sub(span);
         Ok((o, need))
     };
     let [t, l, b, r] = g.pads;
