@@ -714,4 +714,37 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
     // Both sum the one channel; the scale is alpha / size, so the huge window divides by
     // nearly nothing: its denominators are the bias alone.
     assert!(huge.iter().zip(&wide).all(|(h, w)| h.is_finite() && *h >= *w), "{huge:?} against {wide:?}");
+    // A pooling window of 2^31 rows with SAME pads: every window covers the whole
+    // column and 2^31 cells of pads. Only the taps that reach the input are read, so it
+    // runs at once (it used to run for minutes) and gives the columns' reductions.
+    let x = rand_t(&[1, 1, 4, 4], 5, -2.0, 2.0, &dev);
+    let xs = x.to_vec_blocking::<f32>().unwrap();
+    for (op, extra) in [("AveragePool", None), ("MaxPool", None), ("LpPool", Some(int_attr("p", 1)))] {
+        let mut n = with_attr(
+            with_attr(node(op, &["x"], &["y"]), ints_attr("kernel_shape", &[1 << 31, 1])),
+            str_attr("auto_pad", "SAME_UPPER"),
+        );
+        if let Some(a) = extra {
+            n = with_attr(n, a);
+        }
+        let bytes = model(proto::GraphProto {
+            node: vec![n],
+            input: vec![x4.clone()],
+            output: vec![vi("y", 1, &[])],
+            ..Default::default()
+        });
+        let m = OnnxModel::from_bytes(&bytes, &dev, LoadOptions::default()).expect("the pool loads");
+        let out = &m.run(&[("x", x.clone())]).unwrap()[0].tensor;
+        assert_eq!(out.dims(), [1, 1, 4, 4], "{op}");
+        let got = out.to_vec_blocking::<f32>().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let col: Vec<f32> = (0..4).map(|r| xs[r * 4 + i % 4]).collect();
+            let want = match op {
+                "AveragePool" => col.iter().sum::<f32>() / 4.0,
+                "MaxPool" => col.iter().cloned().fold(f32::MIN, f32::max),
+                _ => col.iter().map(|v| v.abs()).sum::<f32>(),
+            };
+            assert!((g - want).abs() < 1e-5, "{op} output {i}: {g} against {want}");
+        }
+    }
 }

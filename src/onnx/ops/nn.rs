@@ -333,25 +333,54 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         return Err(n.err("the pooled output is too large"));
     }
     let pad_value = if max { f64::NEG_INFINITY } else { 0.0 };
-    let padded = if t + b + eh + l + r + ew > 0 {
-        x.pad(&[(0, 0), (0, 0), (t, b + eh), (l, r + ew)], pad_value)
-    } else {
-        x.clone()
+    // Only the taps that reach the input in some window are read (`live_taps`); the
+    // input is cropped or padded to what those taps span.
+    let taps = [
+        live_taps(h, t, oh, g.stride[0], g.dilation[0], g.kernel[0]),
+        live_taps(w, l, ow, g.stride[1], g.dilation[1], g.kernel[1]),
+    ];
+    let p = n.attr_int("p", 2) as f64;
+    let reduced = match taps {
+        [Some((ah, kh)), Some((aw, kw))] => {
+            let mut padded = x.clone();
+            let mut pads = [(0, 0); 4];
+            for (axis, (len, pad, outs, first, kept)) in
+                [(h, t, oh, ah, kh), (w, l, ow, aw, kw)].into_iter().enumerate()
+            {
+                let (s, d) = (g.stride[axis], g.dilation[axis]);
+                let shift = first * d;
+                let crop = shift.saturating_sub(pad);
+                let before = pad.saturating_sub(shift);
+                let need = (outs - 1).saturating_mul(s).saturating_add((kept - 1).saturating_mul(d)).saturating_add(1);
+                let kept_len = (len - crop).min(need.saturating_sub(before));
+                padded = padded.narrow(2 + axis as isize, crop, kept_len);
+                pads[2 + axis] = (before, need - before - kept_len);
+            }
+            if pads.iter().any(|&(a, b)| a + b > 0) {
+                padded = padded.pad(&pads, pad_value);
+            }
+            let window = Window {
+                kernel: (kh, kw),
+                stride: (g.stride[0], g.stride[1]),
+                padding: (0, 0),
+                dilation: (g.dilation[0], g.dilation[1]),
+            };
+            let cols = padded.im2col(window, pad_value);
+            if n.op == "LpPool" {
+                cols.abs().pow_scalar(p).sum(&[2], false).pow_scalar(1.0 / p)
+            } else if max {
+                cols.max(&[2], false)
+            } else {
+                cols.sum(&[2], false)
+            }
+        }
+        // No window reaches the input: every output is the pads' reduction.
+        _ => Tensor::full(pad_value, [x.dims()[0], x.dims()[1], oh, ow], x.dtype(), cx.dev),
     };
-    let window = Window {
-        kernel: (g.kernel[0], g.kernel[1]),
-        stride: (g.stride[0], g.stride[1]),
-        padding: (0, 0),
-        dilation: (g.dilation[0], g.dilation[1]),
-    };
-    let cols = padded.im2col(window, pad_value);
-    let y = if n.op == "LpPool" {
-        let p = n.attr_int("p", 2) as f64;
-        cols.abs().pow_scalar(p).sum(&[2], false).pow_scalar(1.0 / p)
-    } else if max {
-        cols.max(&[2], false)
+    let y = if max || n.op == "LpPool" {
+        reduced
     } else {
-        let sum = cols.sum(&[2], false);
+        let sum = reduced;
         let include = n.attr_int("count_include_pad", 0) != 0;
         let area = g.kernel[0] * g.kernel[1];
         if eh + ew == 0 && (include || t + b + l + r == 0) {
@@ -375,6 +404,25 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         }
     };
     Ok(vec![dev(back(y, rank), v.elem())])
+}
+
+/// The taps along one axis that reach the input (`len` cells after `pad`) in at least
+/// one of `outs` windows, as (first tap, count); `None` when no tap does. The others
+/// read only pads, which hold the reduction's neutral value, so dropping them changes
+/// nothing, and a huge `kernel_shape` with SAME pads costs the input's size, not its own.
+fn live_taps(
+    len: usize,
+    pad: usize,
+    outs: usize,
+    stride: usize,
+    dilation: usize,
+    kernel: usize,
+) -> Option<(usize, usize)> {
+    // Tap a of window i reads padded cell i * stride + a * dilation.
+    let last_start = outs.checked_sub(1)?.saturating_mul(stride);
+    let first = pad.saturating_sub(last_start).div_ceil(dilation);
+    let last = (pad.saturating_add(len).checked_sub(1)? / dilation).min(kernel.checked_sub(1)?);
+    (first <= last).then(|| (first, last - first + 1))
 }
 
 /// How many positions of window `i` along one axis (`i * stride + a * dilation` for `a`
