@@ -196,8 +196,57 @@ pub(crate) fn trim() -> u64 {
     0
 }
 
+/// Outputs at least this large are checked against the host's free memory (reading
+/// /proc costs microseconds, nothing beside filling 64 MiB).
+pub(crate) const HOST_CHECK_FROM_BYTES: u64 = 64 << 20;
+
+/// Bytes the host can still give this process before the kernel's OOM killer steps
+/// in, where Linux says: `MemAvailable` plus free swap, and less where a cgroup v2
+/// limit (a container's) leaves less room. `None` where the platform does not say.
+///
+/// The allocator cannot answer this: with overcommit, a reservation of more than is
+/// free succeeds, and the process is killed when the kernel writes the pages.
+pub(crate) fn host_available() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        available_from(&meminfo, read("/sys/fs/cgroup/memory.max"), read("/sys/fs/cgroup/memory.current"))
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// [`host_available`] from the text of /proc/meminfo and of the cgroup's `memory.max`
+/// and `memory.current` (absent outside a cgroup v2 hierarchy).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn available_from(meminfo: &str, cg_max: Option<String>, cg_current: Option<String>) -> Option<u64> {
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kb.saturating_mul(1024))
+    };
+    let host = field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0));
+    // "max" when the cgroup has no limit.
+    let cg = match (cg_max.and_then(|m| m.trim().parse::<u64>().ok()), cg_current) {
+        (Some(max), Some(cur)) => cur.trim().parse::<u64>().ok().map(|c| max.saturating_sub(c)),
+        _ => None,
+    };
+    Some(cg.map_or(host, |c| c.min(host)))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_room_counts_free_swap_and_a_containers_limit() {
+        let meminfo = "MemTotal:       24000000 kB\nMemAvailable:    2000000 kB\nSwapFree:        1000000 kB\n";
+        assert_eq!(super::available_from(meminfo, None, None), Some(3_000_000 * 1024));
+        let cg = |max: &str, cur: &str| super::available_from(meminfo, Some(max.into()), Some(cur.into()));
+        assert_eq!(cg("max\n", "5000\n"), Some(3_000_000 * 1024), "no cgroup limit");
+        assert_eq!(cg("1073741824\n", "73741824\n"), Some(1_000_000_000), "the container's room");
+        assert_eq!(super::available_from("MemTotal: 1 kB\n", None, None), None, "no MemAvailable line");
+    }
+
     use super::*;
 
     #[test]

@@ -178,7 +178,8 @@ fn buffer_of(
 }
 
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
-/// ([`Device::memory_limit`]), or more than the allocator will grant. Tensors already
+/// ([`Device::memory_limit`]), past the host's free memory ([`memory::host_available`]),
+/// or more than the allocator will grant. Tensors already
 /// computed stay valid.
 fn reserve(dev: &Device, bytes: u64) -> Result<()> {
     let context = "cpu: a kernel's output".to_string();
@@ -186,6 +187,13 @@ fn reserve(dev: &Device, bytes: u64) -> Result<()> {
         let used = dev.0.counters.in_use.load(std::sync::atomic::Ordering::Relaxed);
         if used.saturating_add(bytes) > limit {
             return Err(Error::OutOfMemory { context, requested: bytes, available: Some(limit.saturating_sub(used)) });
+        }
+    }
+    // A size the allocator would grant (overcommit) but the host cannot back.
+    if bytes >= memory::HOST_CHECK_FROM_BYTES {
+        if let Some(room) = memory::host_available().filter(|&room| bytes > room) {
+            let context = "cpu: a kernel's output (the host's free memory)".to_string();
+            return Err(Error::OutOfMemory { context, requested: bytes, available: Some(room) });
         }
     }
     // Probe the allocator so an impossible size is an error rather than an abort.
