@@ -121,6 +121,7 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
                 return Err(n.err("start, limit and delta must each hold one value"));
             }
             let count = range_len(n, s.data.f(0), l.data.f(0), d.data.f(0))?;
+            check_size(n, &[count])?;
             let (s0, d0) = (s.data.f(0), d.data.f(0));
             if s.elem.is_float() {
                 HostTensor::new(

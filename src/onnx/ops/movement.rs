@@ -71,6 +71,7 @@ pub(crate) fn range(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Valu
     let d = host_scalar(n, ins, 2, "delta")?;
     let count = host::range_len(n, s, l, d)?;
     let t = Tensor::arange(s, s + count as f64 * d, d, elem.dtype(), cx.dev);
+    t.check()?;
     let t = if t.dims()[0] != count { t.narrow(0, 0, count.min(t.dims()[0])) } else { t };
     Ok(vec![dev(t, elem)])
 }
@@ -278,7 +279,7 @@ pub(crate) fn pad(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
         let (b, e) = (before[a].min(0), after[a].min(0));
         if b < 0 || e < 0 {
             let d = t.dims()[a] as i64;
-            let len = d + b + e;
+            let len = d.saturating_add(b).saturating_add(e);
             if len <= 0 {
                 return Err(n.err("negative pads remove the whole axis"));
             }
@@ -299,6 +300,10 @@ pub(crate) fn pad(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>
                     continue;
                 }
                 let d = t.dims()[a] as i64;
+                // The index list is built on the host: one entry per output position.
+                if d == 0 || (d as u64).saturating_add(b as u64).saturating_add(e as u64) > 1 << 31 {
+                    return Err(n.err(format!("{mode} padding of {b} and {e} around an axis of {d}")));
+                }
                 let idx: Vec<i64> = (-(b as i64)..d + e as i64)
                     .map(|i| match mode.as_str() {
                         "edge" => i.clamp(0, d - 1),
@@ -517,6 +522,9 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         if legacy { "asymmetric".to_string() } else { n.attr_str("coordinate_transformation_mode", "half_pixel") };
     if n.attr_int("antialias", 0) != 0 && out.iter().zip(&dims).any(|(o, d)| o < d) {
         return Err(n.err("antialiased downsampling is not supported"));
+    }
+    if out.iter().zip(&dims).any(|(&o, &d)| o > 0 && d == 0) {
+        return Err(n.err(format!("cannot resize the empty axes of {dims:?} to {out:?}")));
     }
     let nearest_mode = n.attr_str("nearest_mode", "round_prefer_floor");
     // tf_crop_and_resize: the region of interest per axis, and the value outside it.

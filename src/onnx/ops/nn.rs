@@ -139,6 +139,9 @@ pub(crate) fn conv(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             let z = if z.numel() > 1 { z.reshape(vec![z.numel(), 1, 1, 1][..w.rank()].to_vec()) } else { z };
             w = w.sub(&z);
         }
+        // A zero point that does not broadcast fails here, not as a weight of no axes.
+        x.check()?;
+        w.check()?;
     }
     let wd = w.dims().to_vec();
     let kernel: Vec<usize> = match n.attr_ints("kernel_shape") {
@@ -382,9 +385,8 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     } else {
         let sum = reduced;
         let include = n.attr_int("count_include_pad", 0) != 0;
-        let area = g.kernel[0] * g.kernel[1];
         if eh + ew == 0 && (include || t + b + l + r == 0) {
-            sum.div_scalar(area as f64)
+            sum.div_scalar(g.kernel[0] as f64 * g.kernel[1] as f64)
         } else {
             // How many elements each window averages: inside the input, or inside the
             // declared pads too with count_include_pad, never in ceil mode's extra. A
