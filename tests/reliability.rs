@@ -527,3 +527,42 @@ fn split_cases(dev: &Device) {
         }
     }
 }
+
+/// The child of the host-memory test: a CPU reduction whose output fits the host's free
+/// memory but whose accumulators (one an output, six times the output's bytes at the
+/// peak) do not. Prints the error it gets.
+#[test]
+#[ignore]
+fn host_memory_child() {
+    if std::env::var("TESSERA_HOST_MEMORY_CHILD").is_err() {
+        return;
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo says the host's free memory");
+    let kb = |name: &str| -> u64 {
+        let line = meminfo.lines().find(|l| l.starts_with(name)).unwrap_or("x: 0 kB");
+        line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    let room = (kb("MemAvailable:") + kb("SwapFree:")) * 1024;
+    let n_out = (room / 8) as usize;
+    let dev = Device::cpu();
+    let y = Tensor::full(1.0, [1, 1], DType::F32, &dev).broadcast_to([n_out, 2]).sum(&[1], false);
+    match y.realize_blocking() {
+        Err(e) => println!("ERROR {e}"),
+        Ok(()) => println!("COMPUTED {n_out} sums"),
+    }
+}
+
+/// A CPU reduction too large for the host's free memory is an out-of-memory error.
+/// Its accumulators used to be allocated unchecked, and the process aborted (its
+/// output alone passed the check). Run in a child, so an abort fails this test only.
+#[test]
+fn a_reduction_past_the_hosts_memory_is_an_error_not_an_abort() {
+    let out = child("host_memory_child", &[("TESSERA_HOST_MEMORY_CHILD", "1")]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ERROR out of memory: cpu: a reduction's accumulators"),
+        "the child ({}) printed: {text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

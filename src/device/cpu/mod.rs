@@ -178,21 +178,26 @@ fn buffer_of(
 }
 
 /// Refuse an output of `bytes` the host cannot hold: past the device's memory budget
-/// ([`Device::memory_limit`]), past the host's free memory ([`memory::host_available`]),
-/// or more than the allocator will grant. Tensors already
-/// computed stay valid.
+/// ([`Device::memory_limit`]), or past what the host can give ([`host_room`]). Tensors
+/// already computed stay valid.
 fn reserve(dev: &Device, bytes: u64) -> Result<()> {
-    let context = "cpu: a kernel's output".to_string();
     if let Some(limit) = dev.memory_limit() {
         let used = dev.0.counters.in_use.load(std::sync::atomic::Ordering::Relaxed);
         if used.saturating_add(bytes) > limit {
+            let context = "cpu: a kernel's output".to_string();
             return Err(Error::OutOfMemory { context, requested: bytes, available: Some(limit.saturating_sub(used)) });
         }
     }
-    // A size the allocator would grant (overcommit) but the host cannot back.
+    host_room(bytes, "a kernel's output")
+}
+
+/// Refuse `bytes` (of `what`) that the host cannot back: past its free memory
+/// ([`memory::host_available`]: with overcommit the allocator grants more, and the
+/// process is killed when the pages are written), or more than the allocator grants.
+pub(crate) fn host_room(bytes: u64, what: &str) -> Result<()> {
     if bytes >= memory::HOST_CHECK_FROM_BYTES {
         if let Some(room) = memory::host_available().filter(|&room| bytes > room) {
-            let context = "cpu: a kernel's output (the host's free memory)".to_string();
+            let context = format!("cpu: {what} (the host's free memory)");
             return Err(Error::OutOfMemory { context, requested: bytes, available: Some(room) });
         }
     }
@@ -200,7 +205,7 @@ fn reserve(dev: &Device, bytes: u64) -> Result<()> {
     let mut probe: Vec<u8> = Vec::new();
     match usize::try_from(bytes).ok().map(|b| probe.try_reserve_exact(b)) {
         Some(Ok(())) => Ok(()),
-        _ => Err(Error::OutOfMemory { context, requested: bytes, available: None }),
+        _ => Err(Error::OutOfMemory { context: format!("cpu: {what}"), requested: bytes, available: None }),
     }
 }
 

@@ -146,6 +146,9 @@ pub(crate) fn reduce(prog: &Program, xd: &[usize], op: ReduceOp, axes: &[usize],
     // Axes of size one do not matter for the layout.
     let red: Vec<usize> = (0..xd.len()).filter(|d| axes.contains(d) && xd[*d] > 1).collect();
     let kept: Vec<usize> = (0..xd.len()).filter(|d| !axes.contains(d) && xd[*d] > 1).collect();
+    // One accumulator an output, held twice at the peak (the blocks' and the whole).
+    let scratch = (n_out as u64).saturating_mul(2 * std::mem::size_of::<Acc>() as u64);
+    super::host_room(scratch, "a reduction's accumulators")?;
     let suffix = red.iter().all(|r| kept.iter().all(|k| k < r));
     let prefix = red.iter().all(|r| kept.iter().all(|k| k > r));
     let accs: Vec<Acc> = if n_out == 0 {

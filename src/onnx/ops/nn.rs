@@ -390,19 +390,17 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
         } else {
             // How many elements each window averages: inside the input, or inside the
             // declared pads too with count_include_pad, never in ceil mode's extra. A
-            // window's count is the product of its two axes' counts.
+            // window's count is the product of its two axes' counts, multiplied on the
+            // device. A window with none sums nothing, so any divisor serves it.
             let (lo_h, hi_h) = if include { (0, h + t + b) } else { (t, t + h) };
             let (lo_w, hi_w) = if include { (0, w + l + r) } else { (l, l + w) };
-            let mut counts = Vec::with_capacity(oh * ow);
-            for i in 0..oh {
-                let a = window_count(i, g.stride[0], g.dilation[0], g.kernel[0], lo_h, hi_h);
-                for j in 0..ow {
-                    let b = window_count(j, g.stride[1], g.dilation[1], g.kernel[1], lo_w, hi_w);
-                    counts.push((a as f64 * b as f64).max(1.0) as f32);
-                }
-            }
-            let c = Tensor::from_slice(&counts, [1, 1, oh, ow], cx.dev);
-            sum.div(&c.cast(sum.dtype()))
+            let axis = |outs: usize, axis: usize, lo: usize, hi: usize| -> Vec<f32> {
+                let (s, d, k) = (g.stride[axis], g.dilation[axis], g.kernel[axis]);
+                (0..outs).map(|i| window_count(i, s, d, k, lo, hi).max(1) as f32).collect()
+            };
+            let rows = Tensor::from_slice(&axis(oh, 0, lo_h, hi_h), [1, 1, oh, 1], cx.dev);
+            let cols = Tensor::from_slice(&axis(ow, 1, lo_w, hi_w), [1, 1, 1, ow], cx.dev);
+            sum.div(&rows.mul(&cols).cast(sum.dtype()))
         }
     };
     Ok(vec![dev(back(y, rank), v.elem())])
