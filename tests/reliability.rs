@@ -530,7 +530,7 @@ fn split_cases(dev: &Device) {
 
 /// The child of the host-memory test: a CPU reduction whose output fits the host's free
 /// memory but whose accumulators (one an output, six times the output's bytes at the
-/// peak) do not. Prints the error it gets.
+/// peak) do not, and a top-k whose input does not. Prints the errors it gets.
 #[test]
 #[ignore]
 fn host_memory_child() {
@@ -550,19 +550,42 @@ fn host_memory_child() {
         Err(e) => println!("ERROR {e}"),
         Ok(()) => println!("COMPUTED {n_out} sums"),
     }
+    // A top-k reads its input whole: here a broadcast four times the host's free
+    // memory, whose output (one value a row of 64) is small.
+    let rows = (room / 64) as usize;
+    let (v, _) = Tensor::full(1.0, [1, 1], DType::F32, &dev).broadcast_to([rows, 64]).topk(1);
+    match v.realize_blocking() {
+        Err(e) => println!("TOPK ERROR {e}"),
+        Ok(()) => println!("TOPK COMPUTED {rows} rows"),
+    }
 }
 
-/// A CPU reduction too large for the host's free memory is an out-of-memory error.
-/// Its accumulators used to be allocated unchecked, and the process aborted (its
-/// output alone passed the check). Run in a child, so an abort fails this test only.
+/// CPU kernels too large for the host's free memory are out-of-memory errors. A
+/// reduction's accumulators and a top-k's whole input used to be allocated unchecked,
+/// and the process aborted (their outputs alone passed the check). Run in a child, so
+/// an abort fails this test only.
 #[test]
-fn a_reduction_past_the_hosts_memory_is_an_error_not_an_abort() {
+fn cpu_kernels_past_the_hosts_memory_are_errors_not_aborts() {
     let out = child("host_memory_child", &[("TESSERA_HOST_MEMORY_CHILD", "1")]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("ERROR out of memory: cpu: a reduction's accumulators"),
+        out.status.success()
+            && text.contains("ERROR out of memory: cpu: a reduction's accumulators")
+            && text.contains("TOPK ERROR out of memory: cpu: a kernel's input"),
         "the child ({}) printed: {text}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A product whose output no GPU buffer can hold is refused when it is built, naming
+/// the shape and the limit. Its B (a broadcast of 2^40 columns) used to split into
+/// millions of column blocks: a graph that took minutes and gigabytes before any kernel.
+#[test]
+fn a_product_past_the_devices_buffers_is_refused_when_built() {
+    let Some(dev) = device(DeviceOptions::default()) else { return };
+    let a = Tensor::full(1.0, [2, 3], DType::F32, &dev);
+    let b = Tensor::full(1.0, [3, 1], DType::F32, &dev).broadcast_to([3, 1 << 40]);
+    let e = a.matmul(&b).check().unwrap_err().to_string();
+    assert!(e.contains("matmul output of shape [2, 1099511627776]") && e.contains("over the device limit"), "{e}");
 }

@@ -16,6 +16,9 @@ impl Tensor {
     }
 }
 
+/// Most column blocks a B larger than one binding splits into (each block is a node).
+const MAX_B_BLOCKS: usize = 4096;
+
 fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     precheck("matmul", &[a, b], loc)?;
     // Two f32 or two f16 operands, or one of them quantised (dequantised as tiles load);
@@ -58,10 +61,22 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     // A B larger than one storage binding (a GPU binds B whole): products with column
     // blocks of B, each under half a binding, concatenated. The block copies and the
     // concatenation are element-wise kernels, which split into windows themselves.
-    let limit = a.device().capabilities().max_storage_buffer_binding_size;
+    // A GPU holds no tensor past one buffer; refused here, before a graph of blocks.
+    let caps = a.device().capabilities();
+    let gpu = !a.device().is_cpu();
+    let out_bytes = DType::F32.storage_bytes(out.iter().product());
+    if gpu && out_bytes > caps.max_buffer_size {
+        let what = format!("matmul output of shape {out:?}");
+        return Err(crate::Error::Limit { what, needed: out_bytes, limit: caps.max_buffer_size });
+    }
+    let limit = caps.max_storage_buffer_binding_size;
     let b_bytes = b3.dtype().storage_bytes(b3.numel());
-    let blocks = (!a.device().is_cpu() && b3.dtype().is_float() && b_bytes > limit && n > 1)
+    let blocks = (gpu && b3.dtype().is_float() && b_bytes > limit && n > 1)
         .then(|| (b_bytes.div_ceil((limit / 2).max(1)) as usize).min(n));
+    if let Some(blocks) = blocks.filter(|&b| b > MAX_B_BLOCKS) {
+        let what = format!("matmul operand B of shape {:?} (in blocks of half a binding)", b3.dims());
+        return Err(crate::Error::Limit { what, needed: blocks as u64, limit: MAX_B_BLOCKS as u64 });
+    }
     let mut y = match (blocks, split_k_factor(&batch, m, n, k, a.dtype(), b.dtype())) {
         (Some(blocks), _) => {
             let w = n.div_ceil(blocks);

@@ -216,6 +216,19 @@ fn epoch() -> &'static std::time::Instant {
     EPOCH.get_or_init(std::time::Instant::now)
 }
 
+/// Compute all of `t` (a kernel's input that the kernel reads whole), after checking
+/// that the host can hold it: an unrealised input can be a broadcast far larger than
+/// anything stored.
+fn whole_input(
+    t: &Tensor,
+    is_leaf: &dyn Fn(&Tensor) -> bool,
+    buffer: &dyn Fn(&Tensor) -> Result<Arc<CpuBuffer>>,
+) -> Result<HostBuffer> {
+    let bytes = (t.numel() as u64).saturating_mul(8);
+    host_room(bytes, "a kernel's input")?;
+    Program::compile(t, false, is_leaf, buffer)?.run(t.numel())
+}
+
 /// Compute one scheduled kernel.
 fn kernel(
     k: &crate::graph::schedule::ScheduledKernel,
@@ -234,16 +247,14 @@ fn kernel(
             reduce::reduce(&prog, ins[0].dims(), *op, axes, root.dtype())
         }
         KernelKind::Quantize => {
-            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
-            let values = prog.run(ins[0].numel())?.into_f32();
+            let values = whole_input(&ins[0], is_leaf, buffer)?.into_f32();
             let out = HostBuffer::Quant(root.dtype(), crate::quant::quantize(root.dtype(), &values));
             memory::recycle(HostBuffer::F32(values));
             Ok(out)
         }
         KernelKind::Segment => {
             let Op::SegmentReduce { op } = root.op() else { unreachable!("segment kernels root a segment reduction") };
-            let offsets =
-                Program::compile(&ins[1], false, is_leaf, buffer)?.run(ins[1].numel())?.to_f64(ins[1].numel());
+            let offsets = whole_input(&ins[1], is_leaf, buffer)?.to_f64(ins[1].numel());
             let d = ins[0].dims()[1];
             // Sums of rows gathered from a table read the table's rows where they are.
             if *op == crate::graph::ReduceOp::Sum {
@@ -253,15 +264,14 @@ fn kernel(
                     }
                 }
             }
-            let prog = Program::compile(&ins[0], false, is_leaf, buffer)?;
-            let values = prog.run(ins[0].numel())?.into_f32();
+            let values = whole_input(&ins[0], is_leaf, buffer)?.into_f32();
             let out = reduce::segment(*op, &values, &offsets, d);
             memory::recycle(HostBuffer::F32(values));
             Ok(out)
         }
         KernelKind::TopK => {
             let Op::TopK { k } = root.op() else { unreachable!("top-k kernels root a top-k") };
-            let values = Program::compile(&ins[0], false, is_leaf, buffer)?.run(ins[0].numel())?.into_f32();
+            let values = whole_input(&ins[0], is_leaf, buffer)?.into_f32();
             let out = reduce::topk(&values, ins[0].dims().last().copied().unwrap_or(1), *k);
             memory::recycle(HostBuffer::F32(values));
             Ok(out)
