@@ -700,6 +700,12 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
             "cannot resize the empty axes",
         ),
         (
+            "repeats whose product overflows",
+            vec![node("Tile", &["x", "r"], &["y"])],
+            vec![init_i64("r", &[4], &[1, 1, 1, 1 << 62])],
+            "of [1, 1, 4, 4] overflow",
+        ),
+        (
             "pads that make the pooled output enormous",
             vec![with_attr(
                 with_attr(node("AveragePool", &["x"], &["y"]), ints_attr("kernel_shape", &[1, 2])),

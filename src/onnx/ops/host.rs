@@ -109,7 +109,7 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
             if reps.len() != t.dims.len() || reps.iter().any(|&r| r < 0) {
                 return Err(n.err(format!("repeats {reps:?} for a tensor of shape {:?}", t.dims)));
             }
-            let dims: Vec<usize> = t.dims.iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+            let dims: Vec<usize> = t.dims.iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r as usize)).collect();
             check_size(n, &dims)?;
             let st = strides(&t.dims);
             let src = t.dims.clone();

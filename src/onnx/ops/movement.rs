@@ -238,7 +238,11 @@ pub(crate) fn tile(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     // [d0, d1] -> [1, d0, 1, d1] -> [r0, d0, r1, d1] -> [r0*d0, r1*d1].
     let split: Vec<usize> = d.iter().flat_map(|&x| [1, x]).collect();
     let big: Vec<usize> = d.iter().zip(&reps).flat_map(|(&x, &r)| [r, x]).collect();
-    let out: Vec<usize> = d.iter().zip(&reps).map(|(&x, &r)| x * r).collect();
+    let out: Vec<usize> = d
+        .iter()
+        .zip(&reps)
+        .map(|(&x, &r)| x.checked_mul(r).ok_or_else(|| n.err(format!("repeats {reps:?} of {d:?} overflow"))))
+        .collect::<Result<_>>()?;
     let t = cx.tin(n, ins, 0)?.reshape(split).broadcast_to(big).reshape(out);
     Ok(vec![dev(t, v.elem())])
 }
