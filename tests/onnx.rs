@@ -706,6 +706,12 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
             "of [1, 1, 4, 4] overflow",
         ),
         (
+            "a scale that resizes an axis to 4e9 positions",
+            vec![node("Resize", &["x", "", "sc"], &["y"])],
+            vec![init_f32("sc", &[4], &[1.0, 1.0, 1.0, 1e9])],
+            "axis 3 resized to 4000000000",
+        ),
+        (
             "pads that make the pooled output enormous",
             vec![with_attr(
                 with_attr(node("AveragePool", &["x"], &["y"]), ints_attr("kernel_shape", &[1, 2])),

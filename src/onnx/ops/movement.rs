@@ -227,6 +227,9 @@ pub(crate) fn expand(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
     Ok(vec![dev(cx.tin(n, ins, 0)?.broadcast_to(dims), v.elem())])
 }
 
+/// The longest axis Resize produces (16M positions: 17 minutes of 16 kHz audio).
+const MAX_RESIZED_AXIS: usize = 1 << 24;
+
 pub(crate) fn tile(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let v = input(n, ins, 0)?;
     let reps = host_input(n, ins, 1, "repeats")?.ints();
@@ -526,6 +529,10 @@ pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
         if legacy { "asymmetric".to_string() } else { n.attr_str("coordinate_transformation_mode", "half_pixel") };
     if n.attr_int("antialias", 0) != 0 && out.iter().zip(&dims).any(|(o, d)| o < d) {
         return Err(n.err("antialiased downsampling is not supported"));
+    }
+    // Each resized axis gets a host table of its taps, one entry an output position.
+    if let Some(a) = (0..r).find(|&a| (out[a] != dims[a] || scale[a] != 1.0) && out[a] > MAX_RESIZED_AXIS) {
+        return Err(n.err(format!("axis {a} resized to {} (at most {MAX_RESIZED_AXIS})", out[a])));
     }
     if out.iter().zip(&dims).any(|(&o, &d)| o > 0 && d == 0) {
         return Err(n.err(format!("cannot resize the empty axes of {dims:?} to {out:?}")));
