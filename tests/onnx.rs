@@ -712,6 +712,15 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
             "axis 3 resized to 4000000000",
         ),
         (
+            "a pool over no spatial axes",
+            vec![
+                node("Flatten", &["x"], &["f"]),
+                with_attr(node("AveragePool", &["f"], &["y"]), ints_attr("kernel_shape", &[])),
+            ],
+            vec![],
+            "0 spatial axes",
+        ),
+        (
             "pads that make the pooled output enormous",
             vec![with_attr(
                 with_attr(node("AveragePool", &["x"], &["y"]), ints_attr("kernel_shape", &[1, 2])),

@@ -22,6 +22,9 @@ struct Geometry {
 /// sizes. `ceil` adds no pad here; pools handle it.
 fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
     let k = spatial.len();
+    if !(1..=2).contains(&k) {
+        return Err(n.err(format!("{k} spatial axes (1-D and 2-D windows are supported)")));
+    }
     let list = |name: &str, default: usize| -> Result<Vec<usize>> {
         match n.attr_ints(name) {
             Some(v) if v.len() == k => v.iter().map(|&x| to_usize(n, x, name)).collect(),
