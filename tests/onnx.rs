@@ -697,19 +697,19 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
             "resizing an empty input axis",
             vec![node("Resize", &["x", "", "", "sizes"], &["y"])],
             vec![init_i64("sizes", &[4], &[1, 1, 3, 4])],
-            "cannot resize the empty axes",
+            "cannot resize an empty axis",
         ),
         (
             "repeats whose product overflows",
             vec![node("Tile", &["x", "r"], &["y"])],
             vec![init_i64("r", &[4], &[1, 1, 1, 1 << 62])],
-            "of [1, 1, 4, 4] overflow",
+            "element count overflows",
         ),
         (
             "a scale that resizes an axis to 4e9 positions",
             vec![node("Resize", &["x", "", "sc"], &["y"])],
             vec![init_f32("sc", &[4], &[1.0, 1.0, 1.0, 1e9])],
-            "axis 3 resized to 4000000000",
+            "an axis resized past 2^24 positions",
         ),
         (
             "a pool over no spatial axes",
@@ -718,7 +718,7 @@ fn hostile_nodes_fail_their_run_with_clear_errors() {
                 with_attr(node("AveragePool", &["f"], &["y"]), ints_attr("kernel_shape", &[])),
             ],
             vec![],
-            "0 spatial axes",
+            "only 1-D and 2-D windows",
         ),
         (
             "pads that make the pooled output enormous",

@@ -220,7 +220,7 @@ pub(crate) enum Storage {
     /// A tensor on the reference device, one f64 per element.
     Host(Arc<Vec<f64>>),
     /// A quantised tensor on the reference device: its values and its exact GGUF blocks.
-    HostQuantized(Arc<Vec<f64>>, Arc<Vec<u8>>),
+    HostQuantized(#[cfg_attr(target_arch = "wasm32", allow(dead_code))] Arc<Vec<f64>>, Arc<Vec<u8>>),
 }
 
 impl Device {
@@ -747,10 +747,16 @@ impl Device {
         match &self.0.backend {
             Backend::Gpu(g) => self::wgpu::execute::run(g, self, targets, n_read, None).await,
             Backend::Cpu => cpu::run(self, targets, n_read),
+            #[cfg(not(target_arch = "wasm32"))]
             Backend::Reference { exact } => {
                 let mut vals = cpu::reference::run(targets, *exact)?;
                 vals.truncate(n_read);
                 Ok((n_read > 0).then(|| vals.into_iter().map(Readback::F64).collect()))
+            }
+            // The package's size budget: a page has the CPU backend and WebGPU.
+            #[cfg(target_arch = "wasm32")]
+            Backend::Reference { .. } => {
+                Err(Error::Unsupported("the reference interpreter is not in the web build".into()))
             }
         }
     }
@@ -760,6 +766,7 @@ impl Device {
 /// CPU backend), or f64 (the reference interpreter, exact).
 pub(crate) enum Readback {
     Bytes(Vec<u8>),
+    #[cfg(not(target_arch = "wasm32"))]
     F64(Vec<f64>),
     /// A page's WebGPU read: the device bytes, still in JavaScript.
     #[cfg(target_arch = "wasm32")]
@@ -770,15 +777,18 @@ impl Readback {
     /// The values of `t` as f64.
     fn into_f64(self, t: &Tensor) -> Vec<f64> {
         match self {
+            #[cfg(not(target_arch = "wasm32"))]
             Readback::F64(v) => v,
             b => crate::dtype::decode(t.dtype(), &b.into_bytes(t), t.numel()),
         }
     }
 
     /// The device bytes of `t` (the reference interpreter's f64 encoded as its dtype).
+    #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
     fn into_bytes(self, t: &Tensor) -> Vec<u8> {
         match self {
             Readback::Bytes(b) => b,
+            #[cfg(not(target_arch = "wasm32"))]
             Readback::F64(v) => crate::dtype::encode(t.dtype(), &v),
             #[cfg(target_arch = "wasm32")]
             Readback::Js(a) => a.to_vec(),

@@ -24,6 +24,7 @@ mod matmul;
 mod memory;
 mod par;
 mod reduce;
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod reference;
 mod rows;
 mod scatter;

@@ -23,7 +23,7 @@ struct Geometry {
 fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
     let k = spatial.len();
     if !(1..=2).contains(&k) {
-        return Err(n.err(format!("{k} spatial axes (1-D and 2-D windows are supported)")));
+        return Err(n.err("only 1-D and 2-D windows are supported"));
     }
     let list = |name: &str, default: usize| -> Result<Vec<usize>> {
         match n.attr_ints(name) {
@@ -381,7 +381,7 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             }
         }
         // No window reaches the input: every output is the pads' reduction.
-        _ => Tensor::full(pad_value, [x.dims()[0], x.dims()[1], oh, ow], x.dtype(), cx.dev),
+        _ => Tensor::full(pad_value, vec![x.dims()[0], x.dims()[1], oh, ow], x.dtype(), cx.dev),
     };
     let y = if max || n.op == "LpPool" {
         reduced
