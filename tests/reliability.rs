@@ -578,9 +578,10 @@ fn cpu_kernels_past_the_hosts_memory_are_errors_not_aborts() {
     );
 }
 
-/// A product whose output no GPU buffer can hold is refused when it is built, naming
-/// the shape and the limit. Its B (a broadcast of 2^40 columns) used to split into
-/// millions of column blocks: a graph that took minutes and gigabytes before any kernel.
+/// A product whose output no GPU buffer can hold, or whose B would split into more
+/// than 4096 column blocks, is refused when it is built, naming the shape and the
+/// limit. Such a B (a broadcast of 2^40 columns) used to split into millions of column
+/// blocks: a graph that took minutes and gigabytes before any kernel.
 #[test]
 fn a_product_past_the_devices_buffers_is_refused_when_built() {
     let Some(dev) = device(DeviceOptions::default()) else { return };
@@ -588,4 +589,12 @@ fn a_product_past_the_devices_buffers_is_refused_when_built() {
     let b = Tensor::full(1.0, [3, 1], DType::F32, &dev).broadcast_to([3, 1 << 40]);
     let e = a.matmul(&b).check().unwrap_err().to_string();
     assert!(e.contains("matmul output of shape [2, 1099511627776]") && e.contains("over the device limit"), "{e}");
+    // An output that fits with a B of 1 TiB: 16384 column blocks, refused at 4096.
+    let a = Tensor::full(1.0, [1, 1], DType::F32, &dev).broadcast_to([1, 1 << 24]);
+    let b = Tensor::full(1.0, [1, 1], DType::F32, &dev).broadcast_to([1 << 24, 1 << 14]);
+    let e = a.matmul(&b).check().unwrap_err().to_string();
+    assert!(
+        e.contains("matmul operand B of shape [16777216, 16384]") && e.contains("16384, over the device limit of 4096"),
+        "{e}"
+    );
 }

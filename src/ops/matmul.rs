@@ -58,9 +58,6 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
     let mut out = batch.clone();
     out.extend([m, n]);
     super::check_numel("matmul", &out, loc)?;
-    // A B larger than one storage binding (a GPU binds B whole): products with column
-    // blocks of B, each under half a binding, concatenated. The block copies and the
-    // concatenation are element-wise kernels, which split into windows themselves.
     // A GPU holds no tensor past one buffer; refused here, before a graph of blocks.
     let caps = a.device().capabilities();
     let gpu = !a.device().is_cpu();
@@ -69,6 +66,9 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
         let what = format!("matmul output of shape {out:?}");
         return Err(crate::Error::Limit { what, needed: out_bytes, limit: caps.max_buffer_size });
     }
+    // A B larger than one storage binding (a GPU binds B whole): products with column
+    // blocks of B, each under half a binding, concatenated. The block copies and the
+    // concatenation are element-wise kernels, which split into windows themselves.
     let limit = caps.max_storage_buffer_binding_size;
     let b_bytes = b3.dtype().storage_bytes(b3.numel());
     let blocks = (gpu && b3.dtype().is_float() && b_bytes > limit && n > 1)

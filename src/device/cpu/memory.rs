@@ -237,6 +237,8 @@ fn available_from(meminfo: &str, cg_max: Option<String>, cg_current: Option<Stri
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn host_room_counts_free_swap_and_a_containers_limit() {
         let meminfo = "MemTotal:       24000000 kB\nMemAvailable:    2000000 kB\nSwapFree:        1000000 kB\n";
@@ -246,8 +248,6 @@ mod tests {
         assert_eq!(cg("1073741824\n", "73741824\n"), Some(1_000_000_000), "the container's room");
         assert_eq!(super::available_from("MemTotal: 1 kB\n", None, None), None, "no MemAvailable line");
     }
-
-    use super::*;
 
     #[test]
     fn pooled_buffers_come_back_zeroed_and_within_budget() {

@@ -397,12 +397,12 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
             // device. A window with none sums nothing, so any divisor serves it.
             let (lo_h, hi_h) = if include { (0, h + t + b) } else { (t, t + h) };
             let (lo_w, hi_w) = if include { (0, w + l + r) } else { (l, l + w) };
-            let axis = |outs: usize, axis: usize, lo: usize, hi: usize| -> Vec<f32> {
+            let counts = |outs: usize, axis: usize, lo: usize, hi: usize| -> Vec<f32> {
                 let (s, d, k) = (g.stride[axis], g.dilation[axis], g.kernel[axis]);
                 (0..outs).map(|i| window_count(i, s, d, k, lo, hi).max(1) as f32).collect()
             };
-            let rows = Tensor::from_slice(&axis(oh, 0, lo_h, hi_h), [1, 1, oh, 1], cx.dev);
-            let cols = Tensor::from_slice(&axis(ow, 1, lo_w, hi_w), [1, 1, 1, ow], cx.dev);
+            let rows = Tensor::from_slice(&counts(oh, 0, lo_h, hi_h), [1, 1, oh, 1], cx.dev);
+            let cols = Tensor::from_slice(&counts(ow, 1, lo_w, hi_w), [1, 1, 1, ow], cx.dev);
             sum.div(&rows.mul(&cols).cast(sum.dtype()))
         }
     };
