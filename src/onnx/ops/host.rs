@@ -6,7 +6,7 @@
 
 use super::super::read::Node;
 use super::super::value::{Elem, HostData, HostTensor, Value};
-use super::{axis, to_usize, Cx};
+use super::{axis, scalar_of, to_usize, Cx};
 use crate::Result;
 
 /// Largest host tensor the folding produces or reads.
@@ -116,13 +116,10 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
             Ok(remap(t, dims, |c, _| c.iter().enumerate().map(|(i, &ci)| (ci % src[i].max(1)) * st[i]).sum()))
         })()),
         "Range" => one((|| {
-            let (s, l, d) = (h(0)?, h(1)?, h(2)?);
-            if s.numel() == 0 || l.numel() == 0 || d.numel() == 0 {
-                return Err(n.err("start, limit and delta must each hold one value"));
-            }
-            let count = range_len(n, s.data.f(0), l.data.f(0), d.data.f(0))?;
+            let (s, d) = (h(0)?, h(2)?);
+            let (s0, d0) = (scalar_of(n, s, "start")?, scalar_of(n, d, "delta")?);
+            let count = range_len(n, s0, scalar_of(n, h(1)?, "limit")?, d0)?;
             check_size(n, &[count])?;
-            let (s0, d0) = (s.data.f(0), d.data.f(0));
             if s.elem.is_float() {
                 HostTensor::new(
                     s.elem,
@@ -131,7 +128,11 @@ fn eval(cx: &Cx, n: &Node, hs: &[Option<&HostTensor>]) -> Option<Result<Vec<Host
                 )
             } else {
                 let (si, di) = (s.ints()[0], d.ints()[0]);
-                HostTensor::new(s.elem, vec![count], HostData::I((0..count as i64).map(|i| si + i * di).collect()))
+                HostTensor::new(
+                    s.elem,
+                    vec![count],
+                    HostData::I((0..count as i64).map(|i| si.saturating_add(i.saturating_mul(di))).collect()),
+                )
             }
         })()),
         "Split" => Some((|| {

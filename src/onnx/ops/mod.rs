@@ -210,7 +210,11 @@ pub(crate) fn host_input<'v>(n: &Node, ins: &'v [Option<Value>], i: usize, what:
 /// Host input `i`'s single value (a scalar or a one-element tensor): an empty one is an
 /// error, not a read past its end.
 pub(crate) fn host_scalar(n: &Node, ins: &[Option<Value>], i: usize, what: &str) -> Result<f64> {
-    let h = host_input(n, ins, i, what)?;
+    scalar_of(n, host_input(n, ins, i, what)?, what)
+}
+
+/// A host tensor's single value (its first): an empty one is an error.
+pub(crate) fn scalar_of(n: &Node, h: &HostTensor, what: &str) -> Result<f64> {
     if h.numel() == 0 {
         return Err(n.err(format!("its {what} is empty; it must hold one value")));
     }

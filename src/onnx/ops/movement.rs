@@ -227,9 +227,6 @@ pub(crate) fn expand(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
     Ok(vec![dev(cx.tin(n, ins, 0)?.broadcast_to(dims), v.elem())])
 }
 
-/// The longest axis Resize produces (16M positions: 17 minutes of 16 kHz audio).
-const MAX_RESIZED_AXIS: usize = 1 << 24;
-
 pub(crate) fn tile(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let v = input(n, ins, 0)?;
     let reps = host_input(n, ins, 1, "repeats")?.ints();
@@ -449,6 +446,9 @@ pub(crate) fn cumsum(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Val
     let y = if dt.is_float() { y.cast(dt) } else { y.round().cast(dt) };
     Ok(vec![dev(y, v.elem())])
 }
+
+/// The longest axis Resize produces (16M positions: 17 minutes of 16 kHz audio).
+const MAX_RESIZED_AXIS: usize = 1 << 24;
 
 pub(crate) fn resize(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let v = input(n, ins, 0)?;

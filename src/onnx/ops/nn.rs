@@ -14,6 +14,8 @@ struct Geometry {
     kernel: [usize; 2],
     stride: [usize; 2],
     dilation: [usize; 2],
+    /// The dilated kernel extents, `(kernel - 1) * dilation + 1`.
+    span: [usize; 2],
     /// `[top, left, bottom, right]`.
     pads: [usize; 4],
 }
@@ -73,6 +75,7 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
             kernel: [1, kernel[0]],
             stride: [1, stride[0]],
             dilation: [1, dilation[0]],
+            span: [1, eff[0]],
             pads: [0, pads[0], 0, pads[1]],
         }
     } else {
@@ -80,6 +83,7 @@ fn geometry(n: &Node, spatial: &[usize], kernel: &[usize]) -> Result<Geometry> {
             kernel: [kernel[0], kernel[1]],
             stride: [stride[0], stride[1]],
             dilation: [dilation[0], dilation[1]],
+            span: [eff[0], eff[1]],
             pads: [pads[0], pads[1], pads[2], pads[3]],
         }
     })
@@ -317,9 +321,8 @@ pub(crate) fn pool(cx: &Cx, n: &Node, ins: &[Option<Value>]) -> Result<Vec<Value
     let (h, w) = (x.dims()[2], x.dims()[3]);
     let ceil = n.attr_int("ceil_mode", 0) != 0;
     // Output size per axis, and any extra end padding that ceil mode needs.
-    let eff = spans(n, &g.kernel, &g.dilation)?;
     let out = |i: usize, len: usize, pb: usize, pe: usize| -> Result<(usize, usize)> {
-        let eff = eff[i];
+        let eff = g.span[i];
         let span = len.checked_add(pb).and_then(|x| x.checked_add(pe)).ok_or_else(|| n.err("pads overflow"))?;
         if span < eff {
             return Err(n.err(format!("a window of {eff} does not fit {len} + pads")));
