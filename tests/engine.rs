@@ -778,6 +778,48 @@ fn read_counting_kernels(targets: &[Tensor], label: &str, least: usize) -> Vec<V
     got.unwrap()
 }
 
+/// On CPU adapters a product whose B is read in its own layout with rows that are not
+/// 4-aligned pads B to a multiple of 8 columns and drops the extra ones
+/// (`ops::matmul::aligned_product`), so it runs the subgroup kernels, never the scalar
+/// one (about 10x slower on lavapipe): a stored B, an expression with an epilogue after
+/// the narrow, a batch with a broadcast B, and a weight gradient whose own product has
+/// 70 columns, against the reference.
+#[test]
+fn products_with_unaligned_columns_take_the_vector_kernels() {
+    use tessera::device::autotune::MatmulConfig;
+    let matmul = Some(MatmulConfig { direct: true, tm: 8, tn: 2, vec4: true });
+    let gpu = private_device(DeviceOptions { matmul, ..Default::default() }).expect("a GPU device");
+    let build = |d: &Device| {
+        let a = rand_t(&[40, 64], 1, -1.0, 1.0, d);
+        let stored = rand_t(&[64, 67], 2, -1.0, 1.0, d);
+        let x = rand_t(&[2, 20, 32], 3, -1.0, 1.0, d);
+        let w = rand_t(&[32, 70], 4, -1.0, 1.0, d).requires_grad();
+        tessera::read_all_blocking(&[a.clone(), stored.clone(), x.clone(), w.clone()]).unwrap();
+        let bias = rand_t(&[101], 5, -1.0, 1.0, d);
+        let y = x.matmul(&w);
+        let gw = y.square().sum_all().backward().unwrap().get(&w).unwrap().clone();
+        vec![
+            a.matmul(&stored),
+            (a.matmul(&(rand_t(&[64, 101], 6, -1.0, 1.0, d) * 2.0)) + &bias).relu(),
+            rand_t(&[3, 12, 16], 7, -1.0, 1.0, d).matmul(&rand_t(&[16, 66], 8, -1.0, 1.0, d)),
+            y,
+            gw,
+        ]
+    };
+    let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+    tessera::profile::start();
+    let got = tessera::read_all_blocking(&build(&gpu)).unwrap();
+    let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+    let products: Vec<&String> = labels.iter().filter(|l| l.starts_with("matmul")).collect();
+    assert!(
+        products.len() >= 5 && products.iter().all(|l| l.contains("sg_f32")),
+        "every product on the subgroup kernels (the adapter needs timestamp queries and subgroups): {labels:?}"
+    );
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(&format!("output {k}"), g, w, Tol { atol: 1e-4, rtol: 1e-4 }.scaled(8));
+    }
+}
+
 /// The tuner's "tiled-vec4 8x8" configuration computes products of at least 128 rows and
 /// columns in 128x128 tiles (`matmul_vec4_128.wgsl`): every layout, batched with
 /// broadcasting, f16, K not a multiple of the tile depth, edges on both axes, and an

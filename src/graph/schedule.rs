@@ -119,6 +119,24 @@ fn transposed_input(t: &Tensor) -> Option<Tensor> {
     t.op().swaps_last_two_axes().then(|| t.node().inputs[0].clone())
 }
 
+/// Whether a product reads operand `t` transposed, as [`matmul_operand`] finds it: a
+/// swap of the last two axes under reshapes that only add or drop leading unit axes.
+pub fn reads_transposed(t: &Tensor) -> bool {
+    let mut cur = t.clone();
+    loop {
+        let next = {
+            let n = cur.node();
+            match &n.op {
+                Op::Reshape if strip_leading_ones(n.inputs[0].dims()) == strip_leading_ones(cur.dims()) => {
+                    n.inputs[0].clone()
+                }
+                op => return op.swaps_last_two_axes(),
+            }
+        };
+        cur = next;
+    }
+}
+
 /// A matmul operand as a buffer: `(the tensor owning it, transposed)`. Reshapes that only
 /// add or drop leading unit axes are free, and so is a swap of the last two axes of a
 /// buffer: the kernel reads it transposed instead of materialising the transpose.

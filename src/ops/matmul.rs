@@ -77,23 +77,16 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
         let what = format!("matmul operand B of shape {:?} (in blocks of half a binding)", b3.dims());
         return Err(crate::Error::Limit { what, needed: blocks as u64, limit: MAX_B_BLOCKS as u64 });
     }
+    let product = |b: Tensor| aligned_product(&a3, b, &batch, m, k, loc);
     let mut y = match (blocks, split_k_factor(&batch, m, n, k, a.dtype(), b.dtype())) {
         (Some(blocks), _) => {
-            let w = n.div_ceil(blocks);
-            let parts: Vec<Tensor> = (0..n)
-                .step_by(w)
-                .map(|lo| {
-                    let cols = w.min(n - lo);
-                    let mut shape = batch.clone();
-                    shape.extend([m, cols]);
-                    let bj = b3.narrow(-1, lo, cols);
-                    Tensor::make_at(Op::Matmul, vec![a3.clone(), bj], Shape(shape), DType::F32, a.device(), loc)
-                })
-                .collect();
+            // Block widths a multiple of 8, so that only the last may need padding.
+            let w = n.div_ceil(blocks).next_multiple_of(8);
+            let parts: Vec<Tensor> = (0..n).step_by(w).map(|lo| product(b3.narrow(-1, lo, w.min(n - lo)))).collect();
             Tensor::concat(&parts, -1)
         }
         (None, Some(s)) => split_k(&a3, &b3, s, m, n, k, r, loc),
-        (None, None) => Tensor::make_at(Op::Matmul, vec![a3, b3], Shape(out.clone()), DType::F32, a.device(), loc),
+        (None, None) => product(b3),
     };
     if out_dt == DType::F16 {
         y = y.cast_at(DType::F16, loc);
@@ -107,6 +100,41 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
         fin.push(n);
     }
     Ok(y.reshape_at(&fin, loc))
+}
+
+/// The product node `a @ b` (`a` `[.., m, k]`, `b` `[.., k, n]`, batch axes `batch`).
+/// The direct kernels of CPU adapters load B's rows 4 or 8 values at a time, so a B
+/// read in its own layout with rows that are not 4-aligned took the scalar kernel:
+/// lavapipe, 64x1152x14507 590 ms against 63 ms at 14512 columns, 300x384x1001 99
+/// against 9 ms at 1008. Such a B is padded with zero columns to a multiple of 8 (a
+/// copy, which an expression's own materialisation absorbs) and the extra columns of
+/// the product dropped. (Thin products, under 64 columns, are computed transposed.)
+fn aligned_product(a: &Tensor, b: Tensor, batch: &[usize], m: usize, k: usize, loc: Loc) -> Tensor {
+    let n = b.dims()[b.rank() - 1];
+    let pad = a.device().direct_matmul()
+        && n % 4 != 0
+        && n >= 64
+        && m > 8
+        && k % 4 == 0
+        && a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && !crate::graph::schedule::reads_transposed(&b);
+    let cols = if pad { n.next_multiple_of(8) } else { n };
+    let b = if pad {
+        let mut pads = vec![(0, 0); b.rank()];
+        pads[b.rank() - 1] = (0, cols - n);
+        b.pad(&pads, 0.0)
+    } else {
+        b
+    };
+    let mut shape = batch.to_vec();
+    shape.extend([m, cols]);
+    let y = Tensor::make_at(Op::Matmul, vec![a.clone(), b], Shape(shape), DType::F32, a.device(), loc);
+    if pad {
+        y.narrow(-1, 0, n)
+    } else {
+        y
+    }
 }
 
 /// Slices of K for a split-K product, when the output has too few tiles to occupy the
