@@ -310,11 +310,24 @@ fn conv_product(
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
     // A weight matrix with padded rows: the columns gain as many zero rows.
-    let kp = if w.rank() == 2 { w.dims()[1] } else { ck };
+    let mut kp = if w.rank() == 2 { w.dims()[1] } else { ck };
+    // CPU adapters' product kernels load K 4 or 8 values at a time, and took the scalar
+    // kernel for other windows; padded with zero taps to a multiple of 8, every float
+    // convolution there is a product on the vector kernels, few-channel ones included
+    // (as a reduction over the window they ran 3-8x slower: lavapipe, 3x3 from one
+    // channel, 64x28x28 to 32 channels 201-243 -> 31-33 ms, 1x901x161 to 128 3.2-4.0 ->
+    // 0.45-0.49 s).
+    let aligned = x.device().direct_matmul() && w.rank() == 4 && w.dtype().is_float();
+    let wm = if aligned && ck % 8 != 0 {
+        kp = ck.next_multiple_of(8);
+        w.reshape(vec![g, oc / g, ck]).pad(&[(0, 0), (0, 0), (0, kp - ck)], 0.0)
+    } else {
+        w.reshape(vec![g, oc / g, kp])
+    };
     // On the host (the CPU backend and the reference) products are cheap and gathers
     // are not: every convolution is im2col plus one product per image.
     let host = x.device().is_cpu();
-    if g == 1 && ck <= DIRECT_MAX_CK && !host && w.dtype().is_float() {
+    if g == 1 && ck <= DIRECT_MAX_CK && !host && !aligned && w.dtype().is_float() {
         // Few input channels: each output is a short dot product, computed directly as a
         // reduction over the window (no thin matmul).
         let cols = cols.reshape(vec![n, 1, ck, oh * ow]);
@@ -324,7 +337,6 @@ fn conv_product(
             None => y,
         });
     }
-    let wm = w.reshape(vec![g, oc / g, kp]);
     let y = if oh * ow >= PER_IMAGE_MIN_PIXELS || host {
         // Large images: one product per image and group, [O/g, C/g*K] @ [C/g*K, OH*OW],
         // whose result is already NCHW (no transposes on either side).
