@@ -120,9 +120,8 @@ fn transposed_input(t: &Tensor) -> Option<Tensor> {
     t.op().swaps_last_two_axes().then(|| t.node().inputs[0].clone())
 }
 
-/// Whether a product reads operand `t` transposed, as [`matmul_operand`] finds it: a
-/// swap of the last two axes under reshapes that only add or drop leading unit axes.
-pub fn reads_transposed(t: &Tensor) -> bool {
+/// `t` under the reshapes that only add or drop leading unit axes (free for a product).
+fn under_unit_reshapes(t: &Tensor) -> Tensor {
     let mut cur = t.clone();
     loop {
         let next = {
@@ -131,11 +130,17 @@ pub fn reads_transposed(t: &Tensor) -> bool {
                 Op::Reshape if strip_leading_ones(n.inputs[0].dims()) == strip_leading_ones(cur.dims()) => {
                     n.inputs[0].clone()
                 }
-                op => return op.swaps_last_two_axes(),
+                _ => return cur.clone(),
             }
         };
         cur = next;
     }
+}
+
+/// Whether a product reads operand `t` transposed, as [`matmul_operand`] finds it: a
+/// swap of the last two axes under reshapes that only add or drop leading unit axes.
+pub fn reads_transposed(t: &Tensor) -> bool {
+    under_unit_reshapes(t).op().swaps_last_two_axes()
 }
 
 /// A matmul operand as a buffer: `(the tensor owning it, transposed)`. Reshapes that only
@@ -145,19 +150,7 @@ pub fn matmul_operand(t: &Tensor, materialised: &HashSet<u64>) -> Option<(Tensor
     if let Some(b) = buffer_source(t, materialised) {
         return Some((b, false));
     }
-    let mut cur = t.clone();
-    loop {
-        let next = {
-            let n = cur.node();
-            match &n.op {
-                Op::Reshape if strip_leading_ones(n.inputs[0].dims()) == strip_leading_ones(cur.dims()) => {
-                    n.inputs[0].clone()
-                }
-                _ => return transposed_input(&cur).and_then(|i| buffer_source(&i, materialised)).map(|b| (b, true)),
-            }
-        };
-        cur = next;
-    }
+    transposed_input(&under_unit_reshapes(t)).and_then(|i| buffer_source(&i, materialised)).map(|b| (b, true))
 }
 
 /// Whether `t`, a matmul operand that is not a buffer, is read by the product itself

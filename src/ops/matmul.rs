@@ -112,10 +112,10 @@ fn matmul_impl(a: &Tensor, b: &Tensor, loc: Loc) -> Result<Tensor> {
 fn aligned_product(a: &Tensor, b: Tensor, batch: &[usize], m: usize, k: usize, loc: Loc) -> Tensor {
     let n = b.dims()[b.rank() - 1];
     let pad = a.device().direct_matmul()
-        && n % 4 != 0
+        && !n.is_multiple_of(4)
         && n >= 64
         && m > 8
-        && k % 4 == 0
+        && k.is_multiple_of(4)
         && a.dtype() == DType::F32
         && b.dtype() == DType::F32
         && !crate::graph::schedule::reads_transposed(&b);

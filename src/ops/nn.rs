@@ -318,7 +318,7 @@ fn conv_product(
     // channel, 64x28x28 to 32 channels 201-243 -> 31-33 ms, 1x901x161 to 128 3.2-4.0 ->
     // 0.45-0.49 s).
     let aligned = x.device().direct_matmul() && w.rank() == 4 && w.dtype().is_float();
-    let wm = if aligned && ck % 8 != 0 {
+    let wm = if aligned && !ck.is_multiple_of(8) {
         kp = ck.next_multiple_of(8);
         w.reshape(vec![g, oc / g, ck]).pad(&[(0, 0), (0, 0), (0, kp - ck)], 0.0)
     } else {
