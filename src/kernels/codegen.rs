@@ -538,7 +538,14 @@ impl<'a> Gen<'a> {
             if !aligned {
                 self.leaf_aligned[k] = false;
             }
-            return self.let_("v", format!("ld{k}({l})"));
+            // One load per leaf and index (a scalar read by several ops of an epilogue).
+            let key = (t.id(), format!("L{l}"));
+            if let Some(v) = self.memo.get(&key) {
+                return v.clone();
+            }
+            let v = self.let_("v", format!("ld{k}({l})"));
+            self.memo.insert(key, v.clone());
+            return v;
         }
         let key = (t.id(), if self.in_permute { format!("P{}", ix.key()) } else { ix.key() });
         if let Some(v) = self.memo.get(&key) {
@@ -615,12 +622,17 @@ impl<'a> Gen<'a> {
                 if let Some(p) = self.periodic_param(t, ix) {
                     return p;
                 }
-                let c = self.coords(ix, t);
                 let src = &n.inputs[0];
-                let off = t.rank() - src.rank();
-                let cc = (0..src.rank())
-                    .map(|j| if src.dims()[j] == 1 { "0u".to_string() } else { c[off + j].clone() })
-                    .collect();
+                // A broadcast scalar needs none of the output's coordinates.
+                let cc = if src.dims().iter().all(|&d| d == 1) {
+                    vec!["0u".to_string(); src.rank()]
+                } else {
+                    let c = self.coords(ix, t);
+                    let off = t.rank() - src.rank();
+                    (0..src.rank())
+                        .map(|j| if src.dims()[j] == 1 { "0u".to_string() } else { c[off + j].clone() })
+                        .collect()
+                };
                 self.eval(src, &Ix::coords(cc), false)
             }
             Op::Permute { perm } => {
