@@ -11,9 +11,9 @@
 //! (slices that partition it aside) and costly to recompute gets its own buffer
 //! ([`SHARED_COST`]), and so does one that computes much per element under a broadcast
 //! repeating it over millions of elements, or anything computed under a convolution's
-//! windows over as many ([`EXPANDED_WORK`]); chains deeper than [`MAX_FUSED_DEPTH`] are cut, and a group
-//! that would bind more inputs than the device allows, or grow past [`MAX_FUSED_OPS`],
-//! is split by materialising its largest sub-expression.
+//! windows over as many ([`EXPANDED_WORK`]); chains deeper than [`MAX_FUSED_DEPTH`] are
+//! cut, and a group that would bind more inputs than the device allows, or grow past
+//! [`MAX_FUSED_OPS`], is split by materialising its largest sub-expression.
 
 pub use super::KernelKind;
 use super::Op;
@@ -286,7 +286,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     // An expression that computes much per element (random numbers, a col2im sum, a
     // dozen loads and ops) under a broadcast that repeats it over many more elements, or
     // any computed expression under a convolution's windows, is computed once, before
-    // the broadcast: a freshly initialised weight, still a random
+    // the broadcast or the windows: a freshly initialised weight, still a random
     // expression, is otherwise drawn again for every element it multiplies, and a
     // convolution's output gradient again for every weight it reaches. `work` is each
     // fused expression's: an element-wise op or a load from a buffer counts 1.
@@ -326,7 +326,7 @@ pub fn schedule_with(targets: &[Tensor], max_inputs: usize, max_binding: u64, im
     // weight gradient and a bias gradient).
     // Consumers that are slices reading at most the whole expression between them (the
     // column blocks of a product's B past a binding) do not count: each computes its own
-    // part, which a stored copy would only add a copy of each part to (an ONNX model's
+    // part, and storing the whole first only adds a copy of every part (an ONNX model's
     // 1152 x 145061 column matrix in 10 blocks, lavapipe: 2.2 s to store, 5.5 s to copy).
     let mut uses: HashMap<u64, usize> = HashMap::new();
     // (input id) -> (slices reading it, their elements, its elements)
