@@ -226,7 +226,8 @@ fn square(k: usize, stride: usize, padding: usize) -> Geometry {
     Geometry { kernel: (k, k), stride: (stride, stride), padding: (padding, padding), dilation: (1, 1) }
 }
 
-/// Largest window (input channels x kernel area) convolved directly rather than by matmul.
+/// Largest window (input channels x kernel area) convolved directly rather than by matmul
+/// (not on CPU adapters, whose padded products are faster).
 pub const DIRECT_MAX_CK: usize = 16;
 
 /// Output pixels per image from which a convolution multiplies image by image (the
@@ -309,8 +310,6 @@ fn conv_product(
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
-    // A weight matrix with padded rows: the columns gain as many zero rows.
-    let mut kp = if w.rank() == 2 { w.dims()[1] } else { ck };
     // CPU adapters' product kernels load K 4 or 8 values at a time, and took the scalar
     // kernel for other windows; padded with zero taps to a multiple of 8, every float
     // convolution there is a product on the vector kernels, few-channel ones included
@@ -318,11 +317,16 @@ fn conv_product(
     // channel, 64x28x28 to 32 channels 201-243 -> 31-33 ms, 1x901x161 to 128 3.2-4.0 ->
     // 0.45-0.49 s).
     let aligned = x.device().direct_matmul() && w.rank() == 4 && w.dtype().is_float();
-    let wm = if aligned && !ck.is_multiple_of(8) {
-        kp = ck.next_multiple_of(8);
-        w.reshape(vec![g, oc / g, ck]).pad(&[(0, 0), (0, 0), (0, kp - ck)], 0.0)
-    } else {
-        w.reshape(vec![g, oc / g, kp])
+    // A weight matrix with padded rows (a given `[O, Kp]`, or padded here): the columns
+    // gain as many zero rows.
+    let kp = match w.rank() {
+        2 => w.dims()[1],
+        _ if aligned => ck.next_multiple_of(8),
+        _ => ck,
+    };
+    let wm = match w.rank() {
+        4 if kp > ck => w.reshape(vec![g, oc / g, ck]).pad(&[(0, 0), (0, 0), (0, kp - ck)], 0.0),
+        _ => w.reshape(vec![g, oc / g, kp]),
     };
     // On the host (the CPU backend and the reference) products are cheap and gathers
     // are not: every convolution is im2col plus one product per image.
