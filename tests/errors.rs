@@ -162,6 +162,65 @@ fn gather_index_out_of_range() {
     }
 }
 
+/// A gather realised without a read leaves its bounds check unread; threads that each
+/// read something computed from it inherit that check. One of them reads it and the
+/// others wait: mapping its buffer twice at once had failed 3 of 4 reads.
+#[test]
+fn concurrent_reads_share_an_unread_bounds_check() {
+    for d in common::devices() {
+        common::record(&d);
+        for bad in [false, true] {
+            for round in 0..12 {
+                let table: Vec<f32> = (0..4096).map(|v| (v % 17) as f32).collect();
+                let mut rows: Vec<f32> = (0..1024).map(|v| (v * 7 % 1024) as f32).collect();
+                // The sum of squared row sums of the gathered table, which each read scales.
+                let sq: f64 =
+                    rows.iter().map(|&r| table[4 * r as usize..][..4].iter().sum::<f32>() as f64).map(|s| s * s).sum();
+                if bad {
+                    rows[round * 37] = 1024.0 + round as f32;
+                }
+                // Indices computed on the device, so only the kernel can check them.
+                let rows = (Tensor::from_slice(&rows, [1024], &d) * 1.0).cast(DType::I32);
+                let g = Tensor::from_slice(&table, [1024, 4], &d).index_select(0, &rows);
+                // A GPU reports the bad index at the first read; the CPU backend already here.
+                match g.realize_blocking() {
+                    Err(Error::IndexOutOfRange { .. }) if bad => {}
+                    r => r.unwrap_or_else(|e| panic!("{d}: realising the gather: {e}")),
+                }
+                let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+                let reads: Vec<_> = (0..4)
+                    .map(|k| {
+                        let (g, d, start) = (g.clone(), d.clone(), start.clone());
+                        std::thread::spawn(move || {
+                            let w = Tensor::ones([4, 512], DType::F32, &d);
+                            // Enough work per read that the reads' mappings overlap.
+                            let y = g.matmul(&w) * (k as f32 + 1.0);
+                            let total = y.transpose(0, 1).matmul(&y).sum_all();
+                            start.wait();
+                            (k, total.to_vec_blocking::<f32>())
+                        })
+                    })
+                    .collect();
+                for r in reads {
+                    match r.join().expect("a reading thread panicked") {
+                        (k, Ok(v)) if !bad => {
+                            let want = sq * 512.0 * 512.0 * (k as f64 + 1.0).powi(2);
+                            assert!(
+                                v.len() == 1 && (v[0] as f64 - want).abs() <= want * 1e-4,
+                                "{d} {round}: {v:?} {want}"
+                            )
+                        }
+                        (_, Err(Error::IndexOutOfRange { op: "index_select", size: 1024, index, .. })) if bad => {
+                            assert_eq!(index, 1024 + round as i64, "{d} round {round}")
+                        }
+                        (_, other) => panic!("{d} round {round}, bad index {bad}: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn other_bad_arguments_are_errors() {
     for d in devices() {

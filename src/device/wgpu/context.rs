@@ -3,7 +3,7 @@
 
 use super::pool::{BufferPool, PooledBuffer};
 use crate::device::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
-use crate::kernels::{IndexCheck, ShaderCaps};
+use crate::kernels::ShaderCaps;
 use crate::stats::{Counter, Counters};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -16,15 +16,7 @@ pub(crate) const STORAGE: wgpu::BufferUsages =
 /// A realised tensor on the GPU, with the bounds checks its computation still owes.
 pub(crate) struct GpuStorage {
     pub buffer: Arc<PooledBuffer>,
-    pub checks: Vec<Arc<PendingCheck>>,
-}
-
-/// Status words of gather/index_select kernels, copied to a mappable buffer in the
-/// submit that ran them; read (once) before any value depending on them is returned.
-pub(crate) struct PendingCheck {
-    pub staging: PooledBuffer,
-    pub checks: Vec<IndexCheck>,
-    pub result: Mutex<Option<Result<()>>>,
+    pub checks: Vec<Arc<super::checks::PendingCheck>>,
 }
 
 pub(crate) struct GpuContext {
@@ -543,37 +535,5 @@ impl GpuContext {
             out.push(bytes);
         }
         Ok(out)
-    }
-
-    /// Resolve every pending bounds check in `checks`, reading their status words.
-    pub async fn resolve_checks(&self, checks: &[Arc<PendingCheck>]) -> Result<()> {
-        let todo: Vec<&Arc<PendingCheck>> =
-            checks.iter().filter(|c| c.result.lock().map(|r| r.is_none()).unwrap_or(true)).collect();
-        if !todo.is_empty() {
-            let bufs: Vec<(&wgpu::Buffer, u64)> =
-                todo.iter().map(|c| (c.staging.buffer(), 8 * c.checks.len() as u64)).collect();
-            let words = self.map_read(&bufs).await?;
-            for (c, bytes) in todo.iter().zip(words) {
-                let mut res = Ok(());
-                for (k, chk) in c.checks.iter().enumerate() {
-                    let w = |i: usize| {
-                        u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
-                    };
-                    if w(2 * k) != 0 {
-                        res = Err(chk.error(w(2 * k + 1) as i32 as i64));
-                        break;
-                    }
-                }
-                if let Ok(mut r) = c.result.lock() {
-                    *r = Some(res);
-                }
-            }
-        }
-        for c in checks {
-            if let Some(Err(e)) = c.result.lock().ok().and_then(|r| r.clone()) {
-                return Err(e);
-            }
-        }
-        Ok(())
     }
 }

@@ -14,7 +14,7 @@ use crate::kernels::{plan_kernels, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One dispatch of a kernel: its meta words, the byte range bound of its output and of
 /// each input, and its workgroups. A kernel is one dispatch over whole buffers, or, when
@@ -395,8 +395,7 @@ pub(crate) async fn run(
                 // Carry each unresolved (or failed) check once: passed ones are dropped,
                 // so a chain of realisations does not accumulate them.
                 for c in &g.checks {
-                    let passed = matches!(c.result.lock().as_deref(), Ok(Some(Ok(()))));
-                    if !passed && !inherited.iter().any(|x| Arc::ptr_eq(x, c)) {
+                    if !c.passed() && !inherited.iter().any(|x| Arc::ptr_eq(x, c)) {
                         inherited.push(c.clone());
                     }
                 }
@@ -545,7 +544,7 @@ pub(crate) async fn run(
             let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
             let sb = ctx.pool.get(&ctx.device, 8 * n_checks as u64, usage)?;
             encoder.copy_buffer_to_buffer(st.buffer(), 0, sb.buffer(), 0, 8 * n_checks as u64);
-            Some(Arc::new(PendingCheck { staging: sb, checks: all_checks, result: Mutex::new(None) }))
+            Some(Arc::new(PendingCheck::new(sb, all_checks)))
         }
         None => None,
     };
@@ -627,7 +626,7 @@ pub(crate) async fn run(
     if !read {
         return Ok(None);
     }
-    ctx.resolve_checks(&checks).await?;
+    super::checks::resolve(ctx, &checks).await?;
     let bufs: Vec<(&wgpu::Buffer, u64)> = staging.iter().map(|(b, n)| (b.buffer(), *n)).collect();
     // A page keeps the bytes in JavaScript (one copy, as a raw WebGPU read makes):
     // through wasm memory, a 16 MB read cost two more copies of about 8 ms each.
