@@ -497,6 +497,50 @@ fn whole_quads_with_broadcast_rows() {
     });
 }
 
+/// Expressions whose index arithmetic the vector kernels cannot avoid, over an innermost
+/// axis a multiple of 4 long, evaluate four lanes per invocation (the run kernel): the
+/// windows of a convolution at every stride, padding and dilation, as they are and
+/// reshaped to columns (whose innermost axis splits by a width that is, and one that is
+/// not, a multiple of 4), of a stored image and of an expression, with a padding value;
+/// permutes that move the innermost axis; slices; broadcast columns; gathers along the
+/// innermost axis; every 32-bit dtype, and f16 beside them.
+#[test]
+fn runs_of_four_lanes_match_the_reference() {
+    use tessera::graph::Window;
+    let win = |k: usize, s: usize, p: usize, dil: usize| Window {
+        kernel: (k, k),
+        stride: (s, s),
+        padding: (p, p),
+        dilation: (dil, dil),
+    };
+    check("runs", |d| {
+        let img = rand_t(&[2, 3, 12, 16], 41, -2.0, 2.0, d);
+        let narrow = rand_t(&[2, 3, 10, 8], 42, -2.0, 2.0, d);
+        let x = rand_t(&[6, 8, 12], 43, -2.0, 2.0, d);
+        let idx = ((rand_t(&[8], 44, 0.0, 1.0, d) * 11.99).floor()).cast(DType::I32);
+        let i = (&x * 10.0).cast(DType::I32);
+        let xt = x.permute(&[0, 2, 1]);
+        vec![
+            img.im2col(win(3, 1, 1, 1), 0.0),
+            img.im2col(win(3, 1, 1, 1), 0.0).reshape([2, 27, 192]),
+            img.im2col(win(3, 2, 1, 1), -1.5),
+            img.im2col(win(3, 2, 1, 1), -1.5).reshape([2, 3, 9, 48]),
+            img.im2col(win(2, 1, 2, 2), 0.5).reshape([2, 12, 252]),
+            narrow.im2col(win(3, 1, 0, 1), 0.0).reshape([2, 27, 48]),
+            (&img * 2.0 + 1.0).relu().im2col(win(3, 1, 1, 1), 0.0).reshape([2, 27, 192]),
+            xt.exp(),
+            x.reshape([6, 8, 3, 4]).permute(&[2, 1, 0, 3]) * 3.0,
+            x.narrow(2, 1, 8) - &x.narrow(2, 0, 8),
+            &x + &x.narrow(2, 5, 1),
+            x.index_select(2, &idx) * 2.0,
+            i.permute(&[0, 2, 1]) + 1.0,
+            (x.abs() * 10.0).cast(DType::U32).permute(&[0, 2, 1]),
+            x.reshape([6, 12, 8]).gt(&xt),
+            xt.cast(DType::F16),
+        ]
+    });
+}
+
 /// i32, u32 and bool tensors of `n` values from one seed (ints in [-50, 50], their
 /// absolute values, and whether each is positive).
 fn int_inputs(n: usize, seed: u64, d: &Device) -> (Tensor, Tensor, Tensor) {

@@ -34,6 +34,13 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             return Ok(spec);
         }
     }
+    // Index arithmetic (an unravel, a window's taps) is shared by runs of four.
+    let divides = g.body.contains("udiv(") || g.body.contains(" / ") || g.body.contains(" % ");
+    if divides && !g.emit_windows {
+        if let Some(spec) = render_runs(root, is_leaf, caps)? {
+            return Ok(spec);
+        }
+    }
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
     let packed = dt == DType::F16 && !caps.native_f16;
@@ -376,6 +383,58 @@ fn render_gathered_quads(
     Ok(Some(g.finish(label, src, root, workgroups)))
 }
 
+/// The comment that opens a run kernel's `store_quad`.
+const RUNS: &str = "// Four lanes along the innermost axis: lane j at coordinate base + j.\n";
+
+/// Runs of four along the innermost axis (a multiple of 4 long), for expressions whose
+/// index arithmetic the vector kernels cannot avoid (sliding windows, permutes that move
+/// the innermost axis, slices): each invocation unravels the run's first index once and
+/// evaluates the expression at `base + j` of the innermost coordinate for each lane `j`,
+/// so a division the lanes share is done once (a reshape splitting that coordinate by
+/// a length that is a multiple of 4 divides `base`: [`Gen::lane_coords`]), then stores
+/// the four values as one vector. Loads stay per element, bounds checks included.
+/// (lavapipe, the columns of a 3x3 convolution over 8x64x56x56: 324 ms element by
+/// element, five divisions each.) `TESSERA_RUNS=0` turns it off, for measurements.
+fn render_runs(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
+    let (n, dt) = (root.numel(), root.dtype());
+    let d = root.dims().last().copied().unwrap_or(0);
+    if n == 0 || d == 0 || !d.is_multiple_of(4) || !is_32_bit(dt) || std::env::var("TESSERA_RUNS").as_deref() == Ok("0")
+    {
+        return Ok(None);
+    }
+    let mut g = Gen::new(*caps, is_leaf);
+    g.slot((n / 4) as u32); // meta[0]: run count
+    let base = g.coords(&Ix::lin("i"), root);
+    let last = base.len() - 1;
+    let mut values = Vec::with_capacity(4);
+    for j in 0..4u32 {
+        let mut c = base.clone();
+        c[last] = if j == 0 { base[last].clone() } else { format!("({} + {j}u)", base[last]) };
+        g.lane_coords.insert(c[last].clone(), (base[last].clone(), j));
+        let v = g.eval(root, &Ix::coords(c), true);
+        values.push(store_value(dt, &v, caps));
+    }
+    let body = std::mem::take(&mut g.body);
+    let quad = match dt {
+        DType::F32 => "vec4<f32>",
+        DType::I32 => "vec4<i32>",
+        _ => "vec4<u32>",
+    };
+    let mut src = header_with_out(g.meta.len(), quad, g.uses_f16, caps);
+    src.push_str(&g.leaf_decls());
+    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    src.push_str(RUNS);
+    src.push_str(&format!(
+        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{body}    out[q] = {quad}({});\n}}\n",
+        values.join(", ")
+    ));
+    src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
+    src.push_str(sources::ELEMENTWISE_VEC4);
+    let label = label(&g.ops);
+    let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
+    Ok(Some(g.finish(label, src, root, workgroups)))
+}
+
 /// What [`render_gathered_quads`] found under its root.
 #[derive(Default)]
 struct GatheredPath {
@@ -690,11 +749,37 @@ mod tests {
             ("an op over a permuted leaf", xs.reshape([2, 2, 8]).permute(&[1, 0, 2]).exp(), true),
         ] {
             let src = source(&t, &caps);
-            assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");
+            assert_eq!(src.contains("fn store_quad") && !src.contains(super::RUNS), quads, "{what}:\n{src}");
         }
         // Where a tensor may exceed a binding (window mode), the scalar kernel.
         let windowed = all_caps()[4];
         assert!(!source(&(xs.exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
+    }
+
+    #[test]
+    fn index_arithmetic_takes_runs_of_four_lanes() {
+        let d = Device::cpu();
+        let caps = all_caps()[0];
+        let img = Tensor::rand([2, 3, 12, 16], 1, &d);
+        let x = Tensor::rand([4, 8], 2, &d);
+        crate::read_all_blocking(&[img.clone(), x.clone()]).expect("realise");
+        let w = crate::graph::Window { kernel: (3, 3), stride: (1, 1), padding: (1, 1), dilation: (1, 1) };
+        let cols = source(&img.im2col(w, 0.0).reshape([2, 27, 192]), &caps);
+        let (_, runs) = cols.split_once(super::RUNS).unwrap_or_else(|| panic!("a convolution's columns:\n{cols}"));
+        // The lanes split the pixel index as their base does (by a width of 16): no
+        // lane's coordinate is divided, and the taps are read without a branch.
+        assert!(runs.contains(" + 3u)") && !runs.contains(" + 3u), m(") && !runs.contains("if (ok"), "{runs}");
+        for (what, t, runs) in [
+            ("a transposed read", x.t().exp(), true),
+            ("a permute moving the last axis", x.reshape([2, 4, 4]).permute(&[0, 2, 1]) + 1.0, true),
+            ("an odd innermost axis", x.narrow(1, 0, 7).exp(), false),
+            ("rows of 2", x.reshape([4, 4, 2]).permute(&[1, 0, 2]).exp(), false),
+            ("no index arithmetic", x.exp(), false),
+        ] {
+            assert_eq!(source(&t, &caps).contains(super::RUNS), runs, "{what}");
+        }
+        let windowed = all_caps()[4];
+        assert!(!source(&(x.t().exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
     }
 
     #[test]
@@ -729,7 +814,7 @@ mod tests {
             ("an exp over a lookup", emb(&table, &ids).exp(), false),
         ] {
             let src = source(&t, &caps);
-            assert_eq!(src.contains("fn store_quad"), quads, "{what}:\n{src}");
+            assert_eq!(src.contains("fn store_quad") && !src.contains(super::RUNS), quads, "{what}:\n{src}");
         }
     }
 
