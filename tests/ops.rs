@@ -539,6 +539,20 @@ fn runs_of_four_lanes_match_the_reference() {
             xt.cast(DType::F16),
         ]
     });
+    // Siblings (outputs of one shape reading one input) share the runs.
+    check("runs of siblings", |d| {
+        let img = rand_t(&[2, 3, 12, 16], 45, -2.0, 2.0, d);
+        let x = rand_t(&[6, 8, 12], 46, -2.0, 2.0, d);
+        let xt = x.permute(&[0, 2, 1]);
+        vec![
+            img.im2col(win(3, 1, 1, 1), 0.0).reshape([2, 27, 192]),
+            img.im2col(win(3, 1, 1, 1), 0.5).reshape([2, 27, 192]) * 2.0,
+            xt.exp(),
+            &xt * 2.0,
+            xt.lt(&(&xt * 2.0)),
+            (&xt * 10.0).cast(DType::I32),
+        ]
+    });
 }
 
 /// i32, u32 and bool tensors of `n` values from one seed (ints in [-50, 50], their

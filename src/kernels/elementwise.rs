@@ -34,10 +34,8 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             return Ok(spec);
         }
     }
-    // Index arithmetic (an unravel, a window's taps) is shared by runs of four.
-    let divides = g.body.contains("udiv(") || g.body.contains(" / ") || g.body.contains(" % ");
-    if divides && !g.emit_windows {
-        if let Some(spec) = render_runs(root, is_leaf, caps)? {
+    if !g.emit_windows {
+        if let Some(spec) = render_runs(std::slice::from_ref(root), is_leaf, caps)? {
             return Ok(spec);
         }
     }
@@ -393,46 +391,86 @@ const RUNS: &str = "// Four lanes along the innermost axis: lane j at coordinate
 /// so a division the lanes share is done once (a reshape splitting that coordinate by
 /// a length that is a multiple of 4 divides `base`: [`Gen::lane_coords`]), then stores
 /// the four values as one vector. Loads stay per element, bounds checks included.
-/// (lavapipe, the columns of a 3x3 convolution over 8x64x56x56: 324 ms element by
-/// element, five divisions each.) `TESSERA_RUNS=0` turns it off, for measurements.
-fn render_runs(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
-    let (n, dt) = (root.numel(), root.dtype());
-    let d = root.dims().last().copied().unwrap_or(0);
-    if n == 0 || d == 0 || !d.is_multiple_of(4) || !is_32_bit(dt) || std::env::var("TESSERA_RUNS").as_deref() == Ok("0")
+/// Sibling roots of one shape ([`render_siblings`]) share the runs and store a vector
+/// each. (lavapipe, the columns of a 3x3 convolution over 8x64x56x56: 369-404 ms
+/// element by element, five divisions each, 143 ms in runs.) `TESSERA_RUNS=0` turns it
+/// off, for measurements.
+fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<Option<KernelSpec>> {
+    let root = &roots[0];
+    let (n, d) = (root.numel(), root.dims().last().copied().unwrap_or(0));
+    let off = std::env::var("TESSERA_RUNS").as_deref() == Ok("0");
+    if off
+        || n == 0
+        || d == 0
+        || !d.is_multiple_of(4)
+        || roots.iter().any(|r| !is_32_bit(r.dtype()) || r.dims() != root.dims())
     {
+        return Ok(None);
+    }
+    // Only where the element-by-element kernel divides (an unravel, a window's taps)
+    // and fits its bindings.
+    let mut probe = Gen::new(*caps, is_leaf);
+    probe.windows = true;
+    for r in roots {
+        probe.eval(r, &Ix::lin("i"), true);
+    }
+    probe.decide_windows(roots.iter().map(|r| r.storage_bytes()).max().unwrap_or(0));
+    let divides = ["udiv(", " / ", " % "].iter().any(|d| probe.body.contains(d));
+    if !divides || probe.emit_windows {
         return Ok(None);
     }
     let mut g = Gen::new(*caps, is_leaf);
     g.slot((n / 4) as u32); // meta[0]: run count
     let base = g.coords(&Ix::lin("i"), root);
     let last = base.len() - 1;
-    let mut values = Vec::with_capacity(4);
+    let mut values = vec![Vec::with_capacity(4); roots.len()];
     for j in 0..4u32 {
         let mut c = base.clone();
         c[last] = if j == 0 { base[last].clone() } else { format!("({} + {j}u)", base[last]) };
         g.lane_coords.insert(c[last].clone(), (base[last].clone(), j));
-        let v = g.eval(root, &Ix::coords(c), true);
-        values.push(store_value(dt, &v, caps));
+        for (r, v) in roots.iter().zip(&mut values) {
+            let e = g.eval(r, &Ix::coords(c.clone()), true);
+            v.push(store_value(r.dtype(), &e, caps));
+        }
+    }
+    // (As the other multi-output kernels: none with bounds checks.)
+    if roots.len() > 1 && !g.checks.is_empty() {
+        return Ok(None);
     }
     let body = std::mem::take(&mut g.body);
-    let quad = match dt {
+    let quad = |t: DType| match t {
         DType::F32 => "vec4<f32>",
         DType::I32 => "vec4<i32>",
         _ => "vec4<u32>",
     };
-    let mut src = header_with_out(g.meta.len(), quad, g.uses_f16, caps);
+    let mut src = header_with_out(g.meta.len(), quad(root.dtype()), g.uses_f16, caps);
     src.push_str(&g.leaf_decls());
-    src.push_str(&g.support(2 + g.leaves.len() as u32));
+    // Inputs at 2.., then the further outputs.
+    let leaves = g.leaves.len();
+    let mut stores = format!("    out[q] = {}({});\n", quad(root.dtype()), values[0].join(", "));
+    for (j, r) in roots.iter().enumerate().skip(1) {
+        let ty = quad(r.dtype());
+        src.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read_write> out{j}: array<{ty}>;\n",
+            1 + leaves + j
+        ));
+        stores.push_str(&format!("    out{j}[q] = {ty}({});\n", values[j].join(", ")));
+    }
+    src.push_str(&g.support(1 + (leaves + roots.len()) as u32));
     src.push_str(RUNS);
     src.push_str(&format!(
-        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{body}    out[q] = {quad}({});\n}}\n",
-        values.join(", ")
+        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{body}{stores}}}\n"
     ));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
-    let label = label(&g.ops);
+    let label = match roots.len() {
+        1 => label(&g.ops),
+        k => format!("multi{k}_{}", label(&g.ops)),
+    };
     let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
-    Ok(Some(g.finish(label, src, root, workgroups)))
+    let mut spec = g.finish(label, src, root, workgroups);
+    spec.extra_outputs = roots[1..].to_vec();
+    Ok(Some(spec))
 }
 
 /// What [`render_gathered_quads`] found under its root.
@@ -580,6 +618,9 @@ pub fn render_siblings(
                 return Ok(vec![spec]);
             }
         }
+    }
+    if let Some(spec) = render_runs(roots, &inner, caps)? {
+        return Ok(vec![spec]);
     }
     if let Some(spec) = render_multi(roots, &inner, caps, None)? {
         return Ok(vec![spec]);
@@ -780,6 +821,12 @@ mod tests {
         }
         let windowed = all_caps()[4];
         assert!(!source(&(x.t().exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
+        // Siblings of one shape share the runs, each storing its own vectors.
+        let xt = x.t();
+        let roots = [xt.exp(), &xt * 2.0, xt.gt(&xt.exp())];
+        let specs = super::render_siblings(&roots, &|t: &Tensor| t.id() == x.id(), &caps).expect("render");
+        let src = &specs[0].source;
+        assert!(specs.len() == 1 && src.contains(super::RUNS) && src.contains("out2[q] = vec4<u32>("), "{src}");
     }
 
     #[test]
