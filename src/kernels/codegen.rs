@@ -384,31 +384,20 @@ impl<'a> Gen<'a> {
                 out[inz[sj]] = c[onz[si]].clone();
                 continue;
             }
-            // One lane of a run, split: (base + j) splits as base does, plus j innermost.
+            // One lane of a run, `base + j`, splits as `base` does, plus j innermost.
             let lane = self.lane_coords.get(&c[onz[si]]).cloned();
-            if let Some((base, lane)) = lane.filter(|_| i - si == 1 && id[inz[j - 1]] % 4 == 0) {
-                let idims = self.dims_of(src);
-                let mut q = base;
-                for (n, &a) in inz[sj..j].iter().enumerate().rev() {
-                    if n == 0 {
-                        out[a] = q.clone();
-                    } else {
-                        let (qq, c) = self.divmod(&q, &idims[a]);
-                        (out[a], q) = (c, qq);
+            let lane = lane.filter(|_| i - si == 1 && id[inz[j - 1]].is_multiple_of(4));
+            let mut q = match &lane {
+                Some((base, _)) => base.clone(),
+                None => {
+                    let odims = self.dims_of(t);
+                    let mut l = c[onz[si]].clone();
+                    for &a in &onz[si + 1..i] {
+                        l = format!("({l}) * {} + {}", odims[a], c[a]);
                     }
+                    self.let_("l", l)
                 }
-                let last = inz[j - 1];
-                let base = std::mem::take(&mut out[last]);
-                out[last] = format!("({base} + {lane}u)");
-                self.lane_coords.insert(out[last].clone(), (base, lane));
-                continue;
-            }
-            let odims = self.dims_of(t);
-            let mut l = c[onz[si]].clone();
-            for &a in &onz[si + 1..i] {
-                l = format!("({l}) * {} + {}", odims[a], c[a]);
-            }
-            let mut q = self.let_("l", l);
+            };
             let idims = self.dims_of(src);
             for (n, &a) in inz[sj..j].iter().enumerate().rev() {
                 if n == 0 {
@@ -417,6 +406,12 @@ impl<'a> Gen<'a> {
                     let (qq, c) = self.divmod(&q, &idims[a]);
                     (out[a], q) = (c, qq);
                 }
+            }
+            if let Some((_, lane)) = lane {
+                let last = inz[j - 1];
+                let base = std::mem::take(&mut out[last]);
+                out[last] = format!("({base} + {lane}u)");
+                self.lane_coords.insert(out[last].clone(), (base, lane));
             }
         }
         (i == onz.len() && j == inz.len()).then_some(out)
