@@ -34,10 +34,8 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
             return Ok(spec);
         }
     }
-    if !g.emit_windows {
-        if let Some(spec) = render_runs(std::slice::from_ref(root), is_leaf, caps)? {
-            return Ok(spec);
-        }
+    if let Some(spec) = render_runs(std::slice::from_ref(root), is_leaf, caps)? {
+        return Ok(spec);
     }
     let body = std::mem::take(&mut g.body);
     let dt = root.dtype();
