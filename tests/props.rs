@@ -401,3 +401,92 @@ proptest! {
         }
     }
 }
+
+/// One random window for `random_index_arithmetic_matches`: kernel, stride, padding,
+/// dilation (square).
+fn window() -> impl Strategy<Value = tessera::graph::Window> {
+    (1usize..4, 1usize..4, 0usize..3, 1usize..3).prop_map(|(k, s, p, d)| tessera::graph::Window {
+        kernel: (k, k),
+        stride: (s, s),
+        padding: (p, p),
+        dilation: (d, d),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    ))]
+
+    /// Kernels whose element-by-element form divides (windows, permutes that move the
+    /// innermost axis, slices and gathers along it, pads, concatenations, reshapes that
+    /// split a coordinate), on innermost lengths that are and are not a multiple of 4:
+    /// the run kernels (four lanes along the innermost axis), the vector forms and the
+    /// scalar kernel, alone and as siblings of one shape, over buffers and expressions,
+    /// in f32, i32, bool and f16.
+    #[test]
+    fn random_index_arithmetic_matches(
+        img in (1usize..3, 1usize..4, 3usize..10, prop_oneof![Just(4usize), Just(5), Just(8), Just(11), Just(12)]),
+        win in window(),
+        s in (1usize..4, prop_oneof![Just(3usize), Just(4), Just(8), Just(9)], prop_oneof![Just(4usize), Just(8), Just(12), Just(5)]),
+        perm in Just(vec![0usize, 1, 2]).prop_shuffle(),
+        (start, step) in (0usize..3, 1usize..4),
+        pad in (0usize..5, 0usize..5),
+        picks in prop::collection::vec(0usize..12, 1..5),
+        through_buffer in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let (n, c, h, w) = img;
+        let fits = |k: usize, dil: usize, p: usize, len: usize| (k - 1) * dil < len + 2 * p;
+        prop_assume!(fits(win.kernel.0, win.dilation.0, win.padding.0, h) && fits(win.kernel.0, win.dilation.0, win.padding.0, w));
+        let oh = (h + 2 * win.padding.0 - (win.kernel.0 - 1) * win.dilation.0 - 1) / win.stride.0 + 1;
+        let ow = (w + 2 * win.padding.1 - (win.kernel.1 - 1) * win.dilation.1 - 1) / win.stride.1 + 1;
+        let kk = win.kernel.0 * win.kernel.1;
+        let build = |d: &Device| {
+            let im = rand_t(&[n, c, h, w], seed, -2.0, 2.0, d);
+            let im = if through_buffer { im } else { (&im * 1.5 - 0.25).tanh() };
+            let x = rand_t(&[s.0, s.1, s.2], seed + 1, -2.0, 2.0, d);
+            let x = if through_buffer { x } else { &x * 2.0 + 1.0 };
+            let p = x.permute(&perm);
+            let pd = p.dims().to_vec();
+            let last = pd[2];
+            let st = start.min(last - 1);
+            let idx_len = 4 * (1 + seed as usize % 3);
+            let idx = Tensor::from_slice(
+                &(0..idx_len).map(|i| ((i * 7 + seed as usize) % last) as i32).collect::<Vec<_>>(), [idx_len], d);
+            let gidx = Tensor::from_slice(
+                &(0..pd.iter().product::<usize>()).map(|i| ((i * 5 + seed as usize) % last) as i32).collect::<Vec<_>>(),
+                pd.clone(), d);
+            let cols = im.im2col(win, -0.5);
+            let out = |k: usize| -> Tensor {
+                match k {
+                    0 => cols.clone(),
+                    1 => cols.reshape([n, c * kk, oh * ow]) * 2.0,
+                    2 => cols.reshape([n, c, kk * oh, ow]).exp(),
+                    3 => p.exp(),
+                    4 => p.slice(2, st as isize, last as isize, step) + 1.0,
+                    5 => p.pad(&[(0, 0), (0, 0), (pad.0, pad.1)], 0.75),
+                    6 => p.index_select(2, &idx) * 3.0,
+                    7 => p.gather(2, &gidx),
+                    8 => Tensor::concat(&[p.clone(), p.neg()], 2),
+                    9 => (&p * 10.0).cast(DType::I32),
+                    10 => p.gt(&(&p * 0.5)),
+                    _ => p.cast(DType::F16) * 2.0,
+                }
+            };
+            picks.iter().map(|&k| out(k)).collect::<Vec<_>>()
+        };
+        let want_t = build(&Device::reference());
+        let want = tessera::read_all_blocking(&want_t).unwrap();
+        for d in &devices() {
+            common::record(d);
+            let got_t = build(d);
+            let got = tessera::read_all_blocking(&got_t).unwrap();
+            for (k, ((g, w), wt)) in got.iter().zip(&want).zip(&want_t).enumerate() {
+                prop_assert_eq!(got_t[k].dims(), wt.dims());
+                let what = format!("pick {} ({:?}) on {}", k, picks, common::label(d));
+                assert_close(&what, g, w, Tol::for_dtype(wt.dtype()).scaled(4));
+            }
+        }
+    }
+}
