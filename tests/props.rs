@@ -490,3 +490,58 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
+    ))]
+
+    /// Attention, fused and composed, on random shapes (rank 3 and 4, query and key
+    /// lengths from 1 to past a tile, head dims that are and are not a multiple of 4),
+    /// without a mask, with a random bool mask (rows masked whole included) over batch
+    /// and keys, with a float mask over queries and keys, causal or not, in f32 and f16.
+    #[test]
+    fn random_attention_matches(
+        (b, h, t, s) in (1usize..3, 1usize..4, prop_oneof![1usize..10, 30usize..70], prop_oneof![1usize..10, 20usize..140]),
+        dim in prop_oneof![Just(4usize), Just(6), Just(8), Just(12), Just(16), Just(20), Just(32), Just(40), Just(64), Just(72), Just(128)],
+        rank4 in any::<bool>(),
+        causal in any::<bool>(),
+        mask in 0u8..3,
+        f16 in any::<bool>(),
+        fused in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let dt = if f16 { DType::F16 } else { DType::F32 };
+        let (qd, kd) = if rank4 { (vec![b, h, t, dim], vec![b, h, s, dim]) } else { (vec![b * h, t, dim], vec![b * h, s, dim]) };
+        let r = qd.len();
+        let build = |d: &Device| {
+            let q = rand_t(&qd, seed, -1.0, 1.0, d).cast(dt);
+            let k = rand_t(&kd, seed + 1, -1.0, 1.0, d).cast(dt);
+            let v = rand_t(&kd, seed + 2, -1.0, 1.0, d).cast(dt);
+            let m = match mask {
+                1 => {
+                    let mut md = vec![1; r];
+                    md[0] = qd[0];
+                    md[r - 1] = s;
+                    let keep: Vec<bool> = common::data(qd[0] * s, seed + 3, 0.0, 1.0).iter().map(|&u| u > 0.3).collect();
+                    Some(Tensor::from_slice(&keep, md, d))
+                }
+                2 => Some(rand_t(&[t, s], seed + 3, -2.0, 2.0, d)),
+                _ => None,
+            };
+            let a = if fused {
+                Tensor::scaled_dot_product_attention_fused(&q, &k, &v, m.as_ref(), causal)
+            } else {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), causal)
+            };
+            vec![a.cast(DType::F32)]
+        };
+        let tol = if f16 { Tol { atol: 3e-3, rtol: 1e-2 } } else { Tol { atol: 3e-5, rtol: 1e-4 } };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        for d in &devices() {
+            common::record(d);
+            let got = tessera::read_all_blocking(&build(d)).unwrap_or_else(|e| panic!("on {}: {e}", common::label(d)));
+            assert_close(&format!("{qd:?} keys {s} causal {causal} mask {mask} {dt} on {}", common::label(d)), &got[0], &want[0], tol);
+        }
+    }
+}
