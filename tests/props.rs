@@ -545,3 +545,71 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+    ))]
+
+    /// A Linear layer's product and what follows it (a bias, an activation, a residual
+    /// and a cast, each or none: the epilogues fused into the product's store) over f32,
+    /// f16, Q8_0 and Q4_0 weights stored `[out, in]`, at row counts from one (GEMV) to
+    /// past a tile, batched or not, on every matmul kernel family.
+    #[test]
+    fn random_linear_epilogues_match_on_every_kernel(
+        m in prop_oneof![Just(1usize), Just(2), Just(5), Just(33), Just(70)],
+        n in prop_oneof![Just(1usize), Just(3), Just(8), Just(24), Just(72), Just(130)],
+        k in prop_oneof![Just(32usize), Just(64), Just(96), Just(160)],
+        batch in any::<bool>(),
+        wdt in 0usize..4,
+        bias in any::<bool>(),
+        act in 0usize..7,
+        residual in any::<bool>(),
+        to_f16 in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let wdt = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0][wdt];
+        let blocks = tessera::quant::quantize(if wdt.is_quantized() { wdt } else { DType::Q8_0 }, &common::data(n * k, seed, -1.0, 1.0));
+        let build = |d: &Device| {
+            let xd = if batch { vec![2, m, k] } else { vec![m, k] };
+            let x = rand_t(&xd, seed + 1, -1.0, 1.0, d);
+            let w = if wdt.is_quantized() {
+                Tensor::from_quantized(wdt, [n, k], &blocks, d)
+            } else {
+                rand_t(&[n, k], seed, -1.0, 1.0, d).cast(wdt)
+            };
+            let x = if wdt == DType::F16 { x.cast(DType::F16) } else { x };
+            let mut y = x.matmul(&w.t());
+            if bias {
+                y = &y + &rand_t(&[n], seed + 2, -1.0, 1.0, d).cast(y.dtype());
+            }
+            y = match act {
+                1 => y.relu(),
+                2 => y.gelu(),
+                3 => y.gelu_tanh(),
+                4 => y.silu(),
+                5 => y.sigmoid(),
+                6 => y.tanh(),
+                _ => y,
+            };
+            if residual {
+                let mut rd = xd.clone();
+                *rd.last_mut().unwrap() = n;
+                y = &y + &rand_t(&rd, seed + 3, -1.0, 1.0, d).cast(y.dtype());
+            }
+            if to_f16 {
+                y = y.cast(DType::F16);
+            }
+            vec![y.cast(DType::F32)]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        let tol = if wdt == DType::F16 || to_f16 { Tol { atol: 2e-2, rtol: 1e-2 } } else { Tol { atol: 2e-4, rtol: 1e-4 }.scaled(k) };
+        // The kernel families, and each adapter as tuned.
+        for d in matmul_devices().iter().chain(common::gpu_devices()) {
+            common::record(d);
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            let what = format!("{m}x{n}x{k} batch={batch} {wdt} bias={bias} act={act} residual={residual} f16 out={to_f16} on {:?}", d.matmul_config());
+            assert_close(&what, &got[0], &want[0], tol);
+        }
+    }
+}
