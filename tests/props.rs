@@ -432,7 +432,7 @@ proptest! {
         perm in Just(vec![0usize, 1, 2]).prop_shuffle(),
         (start, step) in (0usize..3, 1usize..4),
         pad in (0usize..5, 0usize..5),
-        picks in prop::collection::vec(0usize..12, 1..5),
+        picks in prop::collection::vec(0usize..15, 1..5),
         through_buffer in any::<bool>(),
         seed in 0u64..1000,
     ) {
@@ -471,7 +471,17 @@ proptest! {
                     8 => Tensor::concat(&[p.clone(), p.neg()], 2),
                     9 => (&p * 10.0).cast(DType::I32),
                     10 => p.gt(&(&p * 0.5)),
-                    _ => p.cast(DType::F16) * 2.0,
+                    11 => p.cast(DType::F16) * 2.0,
+                    // A value per row (a per-channel scale), a row and a column beside
+                    // the input read along its innermost axis.
+                    12 => &p * &rand_t(&[pd[0], pd[1], 1], seed + 5, -1.0, 1.0, d) + 0.5,
+                    13 => (&p + &rand_t(&[1, pd[1], 1], seed + 6, -1.0, 1.0, d)).relu() + &rand_t(&[pd[2]], seed + 7, -1.0, 1.0, d),
+                    // An f16 buffer beside a per-row value.
+                    _ => {
+                        let h = rand_t(&pd, seed + 8, -2.0, 2.0, d).cast(DType::F16);
+                        h.realize_blocking().unwrap();
+                        (&h - &rand_t(&[pd[0], pd[1], 1], seed + 9, -1.0, 1.0, d).cast(DType::F16)).exp()
+                    }
                 }
             };
             picks.iter().map(|&k| out(k)).collect::<Vec<_>>()

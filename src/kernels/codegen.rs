@@ -484,6 +484,33 @@ impl<'a> Gen<'a> {
         Some(k)
     }
 
+    /// In a run kernel, leaf `t` read along its innermost axis (rows a multiple of 4
+    /// long) at a lane coordinate `base + j` (`base` a multiple of 4): one quad load at
+    /// `base`, shared by the four lanes, lane `j` taking its component `j` (a
+    /// per-channel bias beside an input read at the output's own index took four scalar
+    /// loads of that input a run).
+    fn lane_quad(&mut self, t: &Tensor, ix: &Ix) -> Option<String> {
+        let c = ix.coords.as_ref()?;
+        let (base, j) = self.lane_coords.get(c.last()?)?.clone();
+        if !t.dims().last()?.is_multiple_of(4) || !matches!(t.dtype(), DType::F32 | DType::F16) || self.windows {
+            return None;
+        }
+        let mut c0 = c.clone();
+        *c0.last_mut()? = base;
+        let key = (t.id(), format!("Q{}", c0.join(",")));
+        let q = match self.memo.get(&key) {
+            Some(v) => v.clone(),
+            None => {
+                let k = self.quad_leaf(t)?;
+                let l0 = self.linear(&Ix::coords(c0), t);
+                let v = self.let_("v", format!("ld{k}q(({l0}) >> 2u)"));
+                self.memo.insert(key, v.clone());
+                v
+            }
+        };
+        Some(format!("{q}.{}", ["x", "y", "z", "w"][j as usize]))
+    }
+
     /// Declarations for the leaves read so far.
     pub fn leaf_decls(&self) -> String {
         let mut s = String::new();
@@ -561,6 +588,9 @@ impl<'a> Gen<'a> {
                 if let Some(k) = self.quad_leaf(t) {
                     return self.let_("v", format!("ld{k}q(({l}) >> 2u)"));
                 }
+            }
+            if let Some(v) = self.lane_quad(t, ix) {
+                return v;
             }
             let k = self.leaf(t);
             let l = self.linear(ix, t);
