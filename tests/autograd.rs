@@ -225,6 +225,13 @@ fn nn_op_gradients() {
         &[In(&[1, 4, 4, 5], -1.0, 1.0), In(&[4, 2, 3, 2], -1.0, 1.0), In(&[4], -1.0, 1.0)],
         &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), o),
     );
+    // Depthwise (a sum over the window's taps on GPU devices).
+    let dw = Conv2dOptions { stride: (1, 2), padding: (1, 2), dilation: (2, 1), groups: 3 };
+    gradcheck(
+        "conv2d_depthwise",
+        &[In(&[2, 3, 5, 6], -1.0, 1.0), In(&[3, 1, 3, 2], -1.0, 1.0), In(&[3], -1.0, 1.0)],
+        &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), dw),
+    );
     gradcheck(
         "conv_transpose2d_grouped_strided_dilated",
         &[In(&[1, 4, 3, 3], -1.0, 1.0), In(&[4, 3, 3, 2], -1.0, 1.0), In(&[6], -1.0, 1.0)],

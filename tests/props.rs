@@ -623,3 +623,42 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
+    ))]
+
+    /// Depthwise convolutions (a sum over the window's taps on GPU devices, up to
+    /// `DEPTHWISE_MAX_TAPS`; one product per channel past it): windows up to 8x8,
+    /// strides, padding, dilation, a bias or none, f32 and f16, on every device.
+    #[test]
+    fn random_depthwise_convolutions_match(
+        (n, c) in (1usize..3, 1usize..20),
+        (h, w) in (1usize..24, 1usize..24),
+        (kh, kw) in (1usize..9, 1usize..9),
+        (s, p, dl) in ((1usize..3, 1usize..3), (0usize..3, 0usize..3), (1usize..3, 1usize..3)),
+        bias in any::<bool>(),
+        f16 in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        use tessera::ops::nn::Conv2dOptions;
+        let o = Conv2dOptions { stride: s, padding: p, dilation: dl, groups: c };
+        let fits = (h + 2 * p.0) > dl.0 * (kh - 1) && (w + 2 * p.1) > dl.1 * (kw - 1);
+        prop_assume!(fits);
+        let dt = if f16 { DType::F16 } else { DType::F32 };
+        let build = |d: &Device| {
+            let x = rand_t(&[n, c, h, w], seed, -1.0, 1.0, d).cast(dt);
+            let wt = rand_t(&[c, 1, kh, kw], seed + 1, -1.0, 1.0, d).cast(dt);
+            let b = rand_t(&[c], seed + 2, -1.0, 1.0, d).cast(dt);
+            vec![x.conv2d(&wt, bias.then_some(&b), o).relu().cast(DType::F32)]
+        };
+        let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+        let tol = if f16 { Tol { atol: 1e-2, rtol: 1e-2 } } else { Tol::for_dtype(DType::F32).scaled(kh * kw) };
+        for d in &devices() {
+            common::record(d);
+            let got = tessera::read_all_blocking(&build(d)).unwrap();
+            assert_close(&format!("{n}x{c}x{h}x{w} {o:?} k {kh}x{kw} bias {bias} {dt} on {}", common::label(d)), &got[0], &want[0], tol);
+        }
+    }
+}

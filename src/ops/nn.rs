@@ -230,6 +230,10 @@ fn square(k: usize, stride: usize, padding: usize) -> Geometry {
 /// (not on CPU adapters, whose padded products are faster).
 pub const DIRECT_MAX_CK: usize = 16;
 
+/// Largest window (kernel area) of a depthwise convolution computed as a sum of its taps
+/// rather than by one product per channel.
+pub const DEPTHWISE_MAX_TAPS: usize = 49;
+
 /// Output pixels per image from which a convolution multiplies image by image (the
 /// result is NCHW as it stands) rather than over the whole batch at once.
 pub const PER_IMAGE_MIN_PIXELS: usize = 256;
@@ -310,6 +314,30 @@ fn conv_product(
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
+    if g == c
+        && oc == c
+        && kh * kw <= DEPTHWISE_MAX_TAPS
+        && !x.device().is_cpu()
+        && w.rank() == 4
+        && w.dtype().is_float()
+    {
+        // Depthwise (one input channel per output channel): each output is a sum over the
+        // window's taps, one element-wise kernel that reads the taps where they lie,
+        // instead of columns padded to whole vectors and a one-row product per channel
+        // (lavapipe, 3x3 over 16 channels of 320x320: 268 -> 76 ms). f16 sums in f32.
+        let f32_of = |t: Tensor| if t.dtype() == DType::F32 { t } else { t.cast(DType::F32) };
+        let taps = f32_of(cols);
+        let wk = f32_of(w.reshape(vec![1, c, kh * kw, 1, 1]));
+        let mut y = taps.narrow(2, 0, 1).mul(&wk.narrow(2, 0, 1));
+        for t in 1..kh * kw {
+            y = y.add(&taps.narrow(2, t, 1).mul(&wk.narrow(2, t, 1)));
+        }
+        let mut y = y.reshape(vec![n, c, oh, ow]);
+        if let Some(b) = bias {
+            y = y.add(&f32_of(b.reshape(vec![1, c, 1, 1])));
+        }
+        return Ok(if x.dtype() == DType::F32 { y } else { y.cast(x.dtype()) });
+    }
     // CPU adapters' product kernels load K 4 or 8 values at a time, and took the scalar
     // kernel for other windows; padded with zero taps to a multiple of 8, every float
     // convolution there is a product on the vector kernels, few-channel ones included
