@@ -539,6 +539,27 @@ fn runs_of_four_lanes_match_the_reference() {
             xt.cast(DType::F16),
         ]
     });
+    // Ragged runs: rows whose length is not a multiple of 4 (14, 7, 11, 13), the last
+    // run of each row partly past its end.
+    check("ragged runs", |d| {
+        let img = rand_t(&[2, 3, 12, 14], 47, -2.0, 2.0, d);
+        let x = rand_t(&[6, 8, 13], 48, -2.0, 2.0, d);
+        let b = rand_t(&[6, 1, 1], 49, -1.0, 1.0, d);
+        vec![
+            img.im2col(win(3, 1, 1, 1), 0.0),
+            img.im2col(win(3, 2, 1, 1), -1.5).reshape([2, 27, 42]),
+            img.im2col(win(2, 1, 2, 2), 0.5) * 2.0,
+            x.narrow(2, 1, 11).exp(),
+            x.permute(&[1, 0, 2]) + &x.narrow(0, 0, 1).permute(&[1, 0, 2]),
+            (&x + &b).relu(),
+            x.narrow(1, 0, 7).permute(&[0, 2, 1]).cast(DType::I32),
+        ]
+    });
+    check("ragged runs of siblings", |d| {
+        let x = rand_t(&[6, 8, 13], 50, -2.0, 2.0, d);
+        let b = rand_t(&[6, 1, 1], 51, -1.0, 1.0, d);
+        vec![(&x + &b).exp(), &x * &b, x.gt(&b)]
+    });
     // Siblings (outputs of one shape reading one input) share the runs.
     check("runs of siblings", |d| {
         let img = rand_t(&[2, 3, 12, 16], 45, -2.0, 2.0, d);

@@ -426,9 +426,9 @@ proptest! {
     /// in f32, i32, bool and f16.
     #[test]
     fn random_index_arithmetic_matches(
-        img in (1usize..3, 1usize..4, 3usize..10, prop_oneof![Just(4usize), Just(5), Just(8), Just(11), Just(12)]),
+        img in (1usize..3, 1usize..4, 3usize..10, prop_oneof![Just(4usize), Just(5), Just(8), Just(11), Just(12), Just(14), Just(19)]),
         win in window(),
-        s in (1usize..4, prop_oneof![Just(3usize), Just(4), Just(8), Just(9)], prop_oneof![Just(4usize), Just(8), Just(12), Just(5)]),
+        s in (1usize..4, prop_oneof![Just(3usize), Just(4), Just(7), Just(8), Just(9), Just(14)], prop_oneof![Just(4usize), Just(7), Just(8), Just(10), Just(12), Just(5)]),
         perm in Just(vec![0usize, 1, 2]).prop_shuffle(),
         (start, step) in (0usize..3, 1usize..4),
         pad in (0usize..5, 0usize..5),

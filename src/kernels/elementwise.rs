@@ -397,10 +397,15 @@ fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shade
     let root = &roots[0];
     let (n, d) = (root.numel(), root.dims().last().copied().unwrap_or(0));
     let off = std::env::var("TESSERA_RUNS").as_deref() == Ok("0");
+    // Rows whose length is not a multiple of 4 run in ragged runs: each row is cut
+    // into runs of four from its start, the last one partly past the row's end (its
+    // lanes there evaluate the row's last element and store nothing), where that wastes
+    // at most a quarter of the lanes.
+    let ragged = !d.is_multiple_of(4);
     if off
         || n == 0
         || d == 0
-        || !d.is_multiple_of(4)
+        || (ragged && (d < 7 || 4 * d.div_ceil(4) * 4 > 5 * d))
         || roots.iter().any(|r| !is_32_bit(r.dtype()) || r.dims() != root.dims())
     {
         return Ok(None);
@@ -418,14 +423,30 @@ fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shade
         return Ok(None);
     }
     let mut g = Gen::new(*caps, is_leaf);
-    g.slot((n / 4) as u32); // meta[0]: run count
+    let runs = if ragged { n / d * d.div_ceil(4) } else { n / 4 };
+    g.slot(runs as u32); // meta[0]: run count
+                         // The run's first index `i`: `4q`, or in ragged runs the row's start plus 4 per run.
+    let row_len = ragged.then(|| {
+        let per_row = g.slot(d.div_ceil(4) as u32);
+        let row_len = g.slot(d as u32);
+        let (row, r) = g.divmod("q", &per_row);
+        g.emit(&format!("let i = {row} * {row_len} + 4u * {r};"));
+        row_len
+    });
     let base = g.coords(&Ix::lin("i"), root);
     let last = base.len() - 1;
+    let past_end = row_len.as_ref().map(|_| g.slot((d - 1) as u32));
     let mut values = vec![Vec::with_capacity(4); roots.len()];
     for j in 0..4u32 {
         let mut c = base.clone();
-        c[last] = if j == 0 { base[last].clone() } else { format!("({} + {j}u)", base[last]) };
-        g.lane_coords.insert(c[last].clone(), (base[last].clone(), j));
+        c[last] = match (j, &past_end) {
+            (0, _) => base[last].clone(),
+            (_, Some(end)) => format!("min({} + {j}u, {end})", base[last]),
+            _ => format!("({} + {j}u)", base[last]),
+        };
+        if !ragged {
+            g.lane_coords.insert(c[last].clone(), (base[last].clone(), j));
+        }
         for (r, v) in roots.iter().zip(&mut values) {
             let e = g.eval(r, &Ix::coords(c.clone()), true);
             v.push(store_value(r.dtype(), &e, caps));
@@ -436,36 +457,46 @@ fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shade
         return Ok(None);
     }
     let body = std::mem::take(&mut g.body);
-    let quad = |t: DType| match t {
-        DType::F32 => "vec4<f32>",
-        DType::I32 => "vec4<i32>",
+    // A vector per root, or in ragged runs each lane's value where it lies in the row.
+    let ty = |t: DType| match (t, ragged) {
+        (_, true) => storage_type(t, caps),
+        (DType::F32, _) => "vec4<f32>",
+        (DType::I32, _) => "vec4<i32>",
         _ => "vec4<u32>",
     };
-    let mut src = header_with_out(g.meta.len(), quad(root.dtype()), g.uses_f16, caps);
+    let store = |out: &str, t: DType, v: &[String]| match &row_len {
+        None => format!("    {out}[q] = {}({});\n", ty(t), v.join(", ")),
+        Some(len) => (0..4)
+            .map(|j| match j {
+                0 => format!("    {out}[i] = {};\n", v[0]),
+                _ => format!("    if ({} + {j}u < {len}) {{ {out}[i + {j}u] = {}; }}\n", base[last], v[j]),
+            })
+            .collect(),
+    };
+    let mut src = header_with_out(g.meta.len(), ty(root.dtype()), g.uses_f16, caps);
     src.push_str(&g.leaf_decls());
     // Inputs at 2.., then the further outputs.
     let leaves = g.leaves.len();
-    let mut stores = format!("    out[q] = {}({});\n", quad(root.dtype()), values[0].join(", "));
+    let mut stores = store("out", root.dtype(), &values[0]);
     for (j, r) in roots.iter().enumerate().skip(1) {
-        let ty = quad(r.dtype());
         src.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read_write> out{j}: array<{ty}>;\n",
-            1 + leaves + j
+            "@group(0) @binding({}) var<storage, read_write> out{j}: array<{}>;\n",
+            1 + leaves + j,
+            ty(r.dtype())
         ));
-        stores.push_str(&format!("    out{j}[q] = {ty}({});\n", values[j].join(", ")));
+        stores.push_str(&store(&format!("out{j}"), r.dtype(), &values[j]));
     }
     src.push_str(&g.support(1 + (leaves + roots.len()) as u32));
     src.push_str(RUNS);
-    src.push_str(&format!(
-        "fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n    let i = 4u * q;\n{body}{stores}}}\n"
-    ));
+    let first = if ragged { "" } else { "    let i = 4u * q;\n" };
+    src.push_str(&format!("fn store_quad(q: u32) {{\n    if (q >= m(0u)) {{ return; }}\n{first}{body}{stores}}}\n"));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
     let label = match roots.len() {
         1 => label(&g.ops),
         k => format!("multi{k}_{}", label(&g.ops)),
     };
-    let workgroups = fold_groups(((n / 4) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
+    let workgroups = fold_groups((runs as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
     spec.extra_outputs = roots[1..].to_vec();
     Ok(Some(spec))
@@ -811,12 +842,21 @@ mod tests {
         for (what, t, runs) in [
             ("a transposed read", x.t().exp(), true),
             ("a permute moving the last axis", x.reshape([2, 4, 4]).permute(&[0, 2, 1]) + 1.0, true),
-            ("an odd innermost axis", x.narrow(1, 0, 7).exp(), false),
+            // Ragged runs where at most a quarter of the lanes fall past a row's end.
+            ("rows of 7", x.narrow(1, 0, 7).exp(), true),
+            ("rows of 6", x.narrow(1, 0, 6).exp(), false),
+            ("rows of 5", x.narrow(1, 0, 5).exp(), false),
             ("rows of 2", x.reshape([4, 4, 2]).permute(&[1, 0, 2]).exp(), false),
             ("no index arithmetic", x.exp(), false),
         ] {
             assert_eq!(source(&t, &caps).contains(super::RUNS), runs, "{what}");
         }
+        // A ragged run stores each lane that lies in its row.
+        let ragged = source(&x.narrow(1, 0, 7).exp(), &caps);
+        assert!(
+            ragged.contains("out: array<f32>") && ragged.contains(" + 3u < m(") && ragged.contains("min("),
+            "{ragged}"
+        );
         let windowed = all_caps()[4];
         assert!(!source(&(x.t().exp()), &windowed).contains("fn store_quad"), "windowed caps use the scalar kernel");
         // Siblings of one shape share the runs, each storing its own vectors.
