@@ -425,7 +425,8 @@ fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shade
     let mut g = Gen::new(*caps, is_leaf);
     let runs = if ragged { n / d * d.div_ceil(4) } else { n / 4 };
     g.slot(runs as u32); // meta[0]: run count
-                         // The run's first index `i`: `4q`, or in ragged runs the row's start plus 4 per run.
+
+    // The run's first index `i`: `4q`, or in ragged runs the row's start plus 4 per run.
     let row_len = ragged.then(|| {
         let per_row = g.slot(d.div_ceil(4) as u32);
         let row_len = g.slot(d as u32);
