@@ -9,6 +9,18 @@ use proptest::prelude::*;
 use tessera::shape::broadcast_shapes;
 use tessera::{DType, Device, Tensor};
 
+/// The case count of a property test: `TESSERA_PROP_CASES` for a longer search, or
+/// `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Whether a window of `k` taps dilated by `dil` fits an axis of `len` padded by `pad`
+/// on each side.
+fn window_fits(len: usize, k: usize, pad: usize, dil: usize) -> bool {
+    len + 2 * pad > dil * (k - 1)
+}
+
 fn dim() -> impl Strategy<Value = usize> {
     prop_oneof![Just(1usize), Just(2), Just(3), Just(5), Just(17), Just(65)]
 }
@@ -228,8 +240,7 @@ proptest! {
     ) {
         use tessera::ops::nn::Conv2dOptions;
         let o = Conv2dOptions { stride: s, padding: p, dilation: dl, groups: g };
-        let fits = (h + 2 * p.0) > dl.0 * (kh - 1) && (w + 2 * p.1) > dl.1 * (kw - 1);
-        prop_assume!(fits);
+        prop_assume!(window_fits(h, kh, p.0, dl.0) && window_fits(w, kw, p.1, dl.1));
         let build = |d: &Device| {
             let x = rand_t(&[n, g * cg, h, w], seed, -1.0, 1.0, d);
             let wt = rand_t(&[g * og, cg, kh, kw], seed + 1, -1.0, 1.0, d);
@@ -415,7 +426,7 @@ fn window() -> impl Strategy<Value = tessera::graph::Window> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+        cases(24)
     ))]
 
     /// Kernels whose element-by-element form divides (windows, permutes that move the
@@ -437,8 +448,7 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let (n, c, h, w) = img;
-        let fits = |k: usize, dil: usize, p: usize, len: usize| (k - 1) * dil < len + 2 * p;
-        prop_assume!(fits(win.kernel.0, win.dilation.0, win.padding.0, h) && fits(win.kernel.0, win.dilation.0, win.padding.0, w));
+        prop_assume!(window_fits(h, win.kernel.0, win.padding.0, win.dilation.0) && window_fits(w, win.kernel.1, win.padding.1, win.dilation.1));
         let oh = (h + 2 * win.padding.0 - (win.kernel.0 - 1) * win.dilation.0 - 1) / win.stride.0 + 1;
         let ow = (w + 2 * win.padding.1 - (win.kernel.1 - 1) * win.dilation.1 - 1) / win.stride.1 + 1;
         let kk = win.kernel.0 * win.kernel.1;
@@ -503,7 +513,7 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
+        cases(12)
     ))]
 
     /// Attention, fused and composed, on random shapes (rank 3 and 4, query and key
@@ -558,7 +568,7 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+        cases(16)
     ))]
 
     /// A Linear layer's product and what follows it (a bias, an activation, a residual
@@ -579,14 +589,13 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let wdt = [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0][wdt];
-        let blocks = tessera::quant::quantize(if wdt.is_quantized() { wdt } else { DType::Q8_0 }, &common::data(n * k, seed, -1.0, 1.0));
+        let blocks = wdt.is_quantized().then(|| tessera::quant::quantize(wdt, &common::data(n * k, seed, -1.0, 1.0)));
         let build = |d: &Device| {
             let xd = if batch { vec![2, m, k] } else { vec![m, k] };
             let x = rand_t(&xd, seed + 1, -1.0, 1.0, d);
-            let w = if wdt.is_quantized() {
-                Tensor::from_quantized(wdt, [n, k], &blocks, d)
-            } else {
-                rand_t(&[n, k], seed, -1.0, 1.0, d).cast(wdt)
+            let w = match &blocks {
+                Some(b) => Tensor::from_quantized(wdt, [n, k], b, d),
+                None => rand_t(&[n, k], seed, -1.0, 1.0, d).cast(wdt),
             };
             let x = if wdt == DType::F16 { x.cast(DType::F16) } else { x };
             let mut y = x.matmul(&w.t());
@@ -626,7 +635,7 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("TESSERA_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12)
+        cases(12)
     ))]
 
     /// Depthwise convolutions (a sum over the window's taps on GPU devices, up to
@@ -644,8 +653,7 @@ proptest! {
     ) {
         use tessera::ops::nn::Conv2dOptions;
         let o = Conv2dOptions { stride: s, padding: p, dilation: dl, groups: c };
-        let fits = (h + 2 * p.0) > dl.0 * (kh - 1) && (w + 2 * p.1) > dl.1 * (kw - 1);
-        prop_assume!(fits);
+        prop_assume!(window_fits(h, kh, p.0, dl.0) && window_fits(w, kw, p.1, dl.1));
         let dt = if f16 { DType::F16 } else { DType::F32 };
         let build = |d: &Device| {
             let x = rand_t(&[n, c, h, w], seed, -1.0, 1.0, d).cast(dt);

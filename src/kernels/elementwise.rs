@@ -399,13 +399,13 @@ fn render_runs(roots: &[Tensor], is_leaf: &dyn Fn(&Tensor) -> bool, caps: &Shade
     let off = std::env::var("TESSERA_RUNS").as_deref() == Ok("0");
     // Rows whose length is not a multiple of 4 run in ragged runs: each row is cut
     // into runs of four from its start, the last one partly past the row's end (its
-    // lanes there evaluate the row's last element and store nothing), where that wastes
-    // at most a quarter of the lanes.
+    // lanes there evaluate the row's last element and store nothing), where those
+    // lanes number at most a quarter of the row's length (rows of 7, 10, 11, 13 on).
     let ragged = !d.is_multiple_of(4);
     if off
         || n == 0
         || d == 0
-        || (ragged && (d < 7 || 4 * d.div_ceil(4) * 4 > 5 * d))
+        || (ragged && 4 * d.div_ceil(4) * 4 > 5 * d)
         || roots.iter().any(|r| !is_32_bit(r.dtype()) || r.dims() != root.dims())
     {
         return Ok(None);
