@@ -3,6 +3,7 @@
 
 mod common;
 use common::{check, check_with, data, rand_t, Tol};
+use tessera::ops::nn::Conv2dOptions;
 use tessera::{f16, DType, Device, Tensor};
 
 const SHAPES: [&[usize]; 5] = [&[1], &[3, 1], &[17, 3], &[2, 65], &[257]];
@@ -695,6 +696,32 @@ fn fused_chains_of_movement_and_elementwise() {
         let ycol = y.narrow(2, 0, 1).exp();
         let cols = (&y * &ycol.broadcast_to([4, 1000, 3])).sum(&[0], false);
         vec![(&e * 2.0).sum(&[2], false), g.sum(&[1], false), g.pad(&[(0, 0), (1, 0), (0, 2)], -1.0), cols]
+    });
+    // Over several CPU chunks: a nearest-neighbour resize of an expression (each value
+    // read twice along both axes; the CPU computes the span once and picks from it), a
+    // gather of it, and strided convolution windows over a buffer and over an
+    // expression (stretches stepping by the stride).
+    check("resized expressions and strided windows", |d| {
+        let x = rand_t(&[2, 3, 37, 45], 10, -1.0, 1.0, d);
+        let e = (&x * 2.0 + 1.0).relu() * &x;
+        let rows: Vec<i32> = (0..74).map(|i| i / 2).collect();
+        let cols: Vec<i32> = (0..90).map(|i| i / 2).collect();
+        let up =
+            e.index_select(2, &Tensor::from_slice(&rows, [74], d)).index_select(3, &Tensor::from_slice(&cols, [90], d));
+        let gi: Vec<i32> = (0..2 * 3 * 37 * 45).map(|i| ((i * 7) % 45 / 3) as i32).collect();
+        let g = e.gather(3, &Tensor::from_slice(&gi, [2, 3, 37, 45], d));
+        let w = rand_t(&[3, 1, 3, 3], 11, -1.0, 1.0, d);
+        let o = Conv2dOptions { stride: (2, 3), padding: (1, 2), dilation: (1, 1), groups: 3 };
+        let wd = rand_t(&[4, 3, 3, 3], 12, -1.0, 1.0, d);
+        let od = Conv2dOptions { stride: (2, 2), padding: (1, 1), dilation: (2, 1), groups: 1 };
+        vec![
+            up * 1.5,
+            g,
+            x.conv2d(&w, None, o),
+            e.conv2d(&w, None, o),
+            x.conv2d(&wd, None, od),
+            e.conv2d(&wd, None, od),
+        ]
     });
 }
 
