@@ -200,7 +200,7 @@ fn where_and_cast() {
 
 #[test]
 fn reductions_over_axis_sets() {
-    let cases: [(&[usize], &[isize]); 13] = [
+    let cases: [(&[usize], &[isize]); 15] = [
         (&[1], &[0]),
         (&[3, 1, 4], &[1]), // an axis of size one: no reduction at all
         (&[65, 70], &[1]),  // many outputs, long rows: the narrow-workgroup tree
@@ -216,6 +216,11 @@ fn reductions_over_axis_sets() {
         (&[20, 3, 12, 10], &[0, 2]),
         (&[3, 2, 2100], &[0, 2]),
         (&[2, 3, 2100], &[1]),
+        // Kept axes on both sides of the reduced block, a row of outputs folded a step
+        // (several rows of input at once where a row is short), with an axis of size one
+        // among the reduced.
+        (&[2, 9, 4, 300], &[1, 2]),
+        (&[2, 5, 1, 3, 700], &[1, 3]),
     ];
     for (k, (shape, axes)) in cases.iter().enumerate() {
         let len: usize = axes.iter().map(|&a| shape[a.rem_euclid(shape.len() as isize) as usize]).product();
@@ -275,6 +280,14 @@ fn reductions_over_axis_sets() {
     let y = x.sum(&[1], true).max(&[1], true).min(&[1], true);
     assert_eq!(y.to_vec_blocking::<f32>().unwrap(), x.to_vec_blocking::<f32>().unwrap());
     assert_eq!(d.stats().kernels_dispatched, before, "a reduction over an axis of size one ran a kernel");
+    // NaN wins a maximum or minimum wherever it lies, there too.
+    check("reduce NaN between kept axes", |d| {
+        let mut v = data(2 * 9 * 4 * 300, 21, -2.0, 2.0);
+        v[300 * 5 + 17] = f32::NAN;
+        v[300 * 40 + 299] = f32::NAN;
+        let x = Tensor::from_slice(&v, [2, 9, 4, 300], d);
+        vec![x.max(&[1, 2], false), x.min(&[1], false), x.argmax(&[1, 2], false), x.sum(&[1, 2], false)]
+    });
     check("reduce ties take the first index", |d| {
         let x = Tensor::from_slice(&[1.0f32, 3.0, 3.0, 0.0, -1.0, -1.0], [2, 3], d);
         vec![x.argmax(&[1], false), x.argmin(&[1], false), x.argmax_all()]
@@ -699,8 +712,9 @@ fn fused_chains_of_movement_and_elementwise() {
     });
     // Over several CPU chunks: a nearest-neighbour resize of an expression (each value
     // read twice along both axes; the CPU computes the span once and picks from it), a
-    // gather of it, and strided convolution windows over a buffer and over an
-    // expression (stretches stepping by the stride).
+    // gather of it, and strided convolution and pooling windows over a buffer and over
+    // an expression (stretches stepping by the stride; spans picked from up to a stride
+    // of 4, a list past it).
     check("resized expressions and strided windows", |d| {
         let x = rand_t(&[2, 3, 37, 45], 10, -1.0, 1.0, d);
         let e = (&x * 2.0 + 1.0).relu() * &x;
@@ -721,6 +735,9 @@ fn fused_chains_of_movement_and_elementwise() {
             e.conv2d(&w, None, o),
             x.conv2d(&wd, None, od),
             e.conv2d(&wd, None, od),
+            e.max_pool2d(3, 2, 1),
+            e.avg_pool2d(3, 2, 1),
+            e.max_pool2d(3, 5, 1),
         ]
     });
 }

@@ -657,6 +657,24 @@ impl<'a> Evaluator<'a> {
             let v = match (&self.prog.nodes[src].kind, step) {
                 (_, 1) => self.eval_at(src, Idx::Runs(from))?,
                 (Kind::Leaf(b), _) => b.load_runs(&from, step),
+                // An expression is computed over each stretch's whole span and every
+                // step-th value picked: up to 4x the values, but a stretch at a time (a
+                // list, one element at a time, made a 3x3 stride-2 max pool of a
+                // batch-normed relu 46 ms over 24 channels of 112x112).
+                (_, 2..=4) => {
+                    let spans: Vec<(usize, usize)> =
+                        from.iter().map(|&(s, l)| (s, (l.max(1) - 1) * step + 1)).collect();
+                    let mut at = 0;
+                    let picks: Vec<(usize, usize)> = spans
+                        .iter()
+                        .zip(&from)
+                        .map(|(&(_, sl), &(_, l))| {
+                            at += sl;
+                            (at - sl, l)
+                        })
+                        .collect();
+                    self.eval_at(src, Idx::Runs(spans))?.pick_runs(&picks, step, 0)
+                }
                 _ => {
                     let list = from.iter().flat_map(|&(s, l)| (0..l).map(move |j| s + j * step)).collect();
                     self.eval_at(src, Idx::List(list))?
