@@ -613,9 +613,10 @@ impl<'a> Evaluator<'a> {
 
     /// Input `n` at `idx` (stretches or a list). Many short stretches of an expression
     /// (a nearest-neighbour resize reads each value twice, in stretches of one along its
-    /// last axis) are computed once over the span they cover, where that holds no more
-    /// values than they ask for, and picked from it: one element a stretch took 95 ns an
-    /// element through a resized hard-swish.
+    /// last axis; a window tap over 14x14 images, rows of 14) are computed once over the
+    /// span they cover, where that holds no more values than they ask for, and picked
+    /// from it: one element a stretch took 95 ns an element through a resized
+    /// hard-swish.
     fn eval_spanned(&mut self, n: usize, idx: Idx) -> Result<Vals> {
         let (len, pieces) = (
             idx.len(),
@@ -655,7 +656,7 @@ impl<'a> Evaluator<'a> {
         let mut out = Vals::splat(dtype, dtype.round(fill), len);
         if !from.is_empty() {
             let v = match (&self.prog.nodes[src].kind, step) {
-                (_, 1) => self.eval_at(src, Idx::Runs(from))?,
+                (_, 1) => self.eval_spanned(src, Idx::Runs(from))?,
                 (Kind::Leaf(b), _) => b.load_runs(&from, step),
                 // An expression is computed over each stretch's whole span and every
                 // step-th value picked: up to 4x the values, but a stretch at a time (a
