@@ -232,6 +232,12 @@ fn nn_op_gradients() {
         &[In(&[2, 3, 5, 6], -1.0, 1.0), In(&[3, 1, 3, 2], -1.0, 1.0), In(&[3], -1.0, 1.0)],
         &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), dw),
     );
+    // With a channel multiplier: two filters per input channel.
+    gradcheck(
+        "conv2d_depthwise_multiplier",
+        &[In(&[1, 3, 5, 4], -1.0, 1.0), In(&[6, 1, 2, 3], -1.0, 1.0), In(&[6], -1.0, 1.0)],
+        &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), dw),
+    );
     gradcheck(
         "conv_transpose2d_grouped_strided_dilated",
         &[In(&[1, 4, 3, 3], -1.0, 1.0), In(&[4, 3, 3, 2], -1.0, 1.0), In(&[6], -1.0, 1.0)],

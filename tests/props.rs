@@ -640,10 +640,11 @@ proptest! {
 
     /// Depthwise convolutions (a sum over the window's taps on GPU devices, up to
     /// `DEPTHWISE_MAX_TAPS`; one product per channel past it): windows up to 8x8,
-    /// strides, padding, dilation, a bias or none, f32 and f16, on every device.
+    /// strides, padding, dilation, a bias or none, channel multipliers of 1 to 3, f32 and
+    /// f16, on every device.
     #[test]
     fn random_depthwise_convolutions_match(
-        (n, c) in (1usize..3, 1usize..20),
+        (n, c, m) in (1usize..3, 1usize..20, prop_oneof![3 => Just(1usize), 1 => 2usize..4]),
         (h, w) in (1usize..24, 1usize..24),
         (kh, kw) in (1usize..9, 1usize..9),
         (s, p, dl) in ((1usize..3, 1usize..3), (0usize..3, 0usize..3), (1usize..3, 1usize..3)),
@@ -657,8 +658,8 @@ proptest! {
         let dt = if f16 { DType::F16 } else { DType::F32 };
         let build = |d: &Device| {
             let x = rand_t(&[n, c, h, w], seed, -1.0, 1.0, d).cast(dt);
-            let wt = rand_t(&[c, 1, kh, kw], seed + 1, -1.0, 1.0, d).cast(dt);
-            let b = rand_t(&[c], seed + 2, -1.0, 1.0, d).cast(dt);
+            let wt = rand_t(&[c * m, 1, kh, kw], seed + 1, -1.0, 1.0, d).cast(dt);
+            let b = rand_t(&[c * m], seed + 2, -1.0, 1.0, d).cast(dt);
             vec![x.conv2d(&wt, bias.then_some(&b), o).relu().cast(DType::F32)]
         };
         let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
@@ -666,7 +667,7 @@ proptest! {
         for d in &devices() {
             common::record(d);
             let got = tessera::read_all_blocking(&build(d)).unwrap();
-            assert_close(&format!("{n}x{c}x{h}x{w} {o:?} k {kh}x{kw} bias {bias} {dt} on {}", common::label(d)), &got[0], &want[0], tol);
+            assert_close(&format!("{n}x{c}x{h}x{w} x{m} {o:?} k {kh}x{kw} bias {bias} {dt} on {}", common::label(d)), &got[0], &want[0], tol);
         }
     }
 }
