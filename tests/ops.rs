@@ -722,7 +722,7 @@ fn fused_chains_of_movement_and_elementwise() {
         let cols: Vec<i32> = (0..90).map(|i| i / 2).collect();
         let up =
             e.index_select(2, &Tensor::from_slice(&rows, [74], d)).index_select(3, &Tensor::from_slice(&cols, [90], d));
-        let gi: Vec<i32> = (0..2 * 3 * 37 * 45).map(|i| ((i * 7) % 45 / 3) as i32).collect();
+        let gi: Vec<i32> = (0..2 * 3 * 37 * 45).map(|i: i32| (i * 7) % 45 / 3).collect();
         let g = e.gather(3, &Tensor::from_slice(&gi, [2, 3, 37, 45], d));
         let w = rand_t(&[3, 1, 3, 3], 11, -1.0, 1.0, d);
         let o = Conv2dOptions { stride: (2, 3), padding: (1, 2), dilation: (1, 1), groups: 3 };

@@ -314,7 +314,10 @@ fn conv_product(
     let cols = x.windows(kh, kw, &o, 0.0, loc)?; // [N, C, K, OH, OW]
     let (oh, ow) = (cols.dims()[3], cols.dims()[4]);
     let ck = cg * kh * kw;
-    if g == c && kh * kw <= DEPTHWISE_MAX_TAPS && !x.device().is_cpu() && w.rank() == 4 && w.dtype().is_float() {
+    // (One input channel with several outputs is an ordinary convolution: its
+    // few-channel paths below keep the weight gradient one kernel, not one per tap.)
+    let depthwise = g == c && (oc == c || c > 1);
+    if depthwise && kh * kw <= DEPTHWISE_MAX_TAPS && !x.device().is_cpu() && w.rank() == 4 && w.dtype().is_float() {
         // Depthwise (each output channel reads one input channel; `m` outputs per input
         // with a channel multiplier): each output is a sum over the window's taps, one
         // element-wise kernel that reads the taps where they lie, instead of columns
