@@ -322,6 +322,44 @@ fn a_plan_in_use_outlives_a_stream_of_new_shapes() {
     assert_eq!(after.plans_replayed - before.plans_replayed, 30);
 }
 
+/// A device keeps at most `max_pipelines` compiled kernels: past it the least recently
+/// used goes and is compiled again when it is needed again, while a kernel in use all
+/// along stays; the results stay right throughout.
+#[test]
+fn the_pipeline_cache_drops_its_least_recently_used_kernels() {
+    let Some(dev) = private_device(DeviceOptions { max_pipelines: Some(3), ..Default::default() }) else { return };
+    let x = Tensor::from_slice(&[0.25f32, 0.5, 1.0, 2.0], [4], &dev);
+    x.realize_blocking().unwrap();
+    let ops: [fn(&Tensor) -> Tensor; 5] = [|t| t.exp(), |t| t.sqrt(), |t| t.sin(), |t| t.cos(), |t| t.tanh()];
+    let want: [fn(f32) -> f32; 5] = [f32::exp, f32::sqrt, f32::sin, f32::cos, f32::tanh];
+    let check = |k: usize| {
+        let got = ops[k](&x).to_vec_blocking::<f32>().unwrap();
+        for (g, v) in got.iter().zip([0.25f32, 0.5, 1.0, 2.0]) {
+            assert!((g - want[k](v)).abs() < 1e-5, "op {k}: {g} for {v}");
+        }
+    };
+    let compiled = || dev.stats().pipelines_compiled;
+    let start = compiled();
+    // The busy kernel (exp) is used before each new one, so it is never the oldest.
+    for k in 1..5 {
+        check(0);
+        check(k);
+    }
+    assert_eq!(compiled() - start, 5, "each kernel compiled once, exp kept all along");
+    check(0);
+    check(4);
+    assert_eq!(compiled() - start, 5, "exp and tanh are among the 3 kept");
+    check(1);
+    assert_eq!(compiled() - start, 6, "sqrt was dropped, so it is compiled again");
+    // Without a limit nothing is compiled twice.
+    let Some(free) = private_device(DeviceOptions::default()) else { return };
+    let before = free.stats().pipelines_compiled;
+    for k in (0..5).chain(0..5) {
+        let _ = ops[k](&Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &free)).to_vec_blocking::<f32>().unwrap();
+    }
+    assert_eq!(free.stats().pipelines_compiled - before, 5);
+}
+
 #[test]
 fn matmul_autotune_is_cached_per_adapter_and_every_candidate_is_correct() {
     use tessera::device::autotune::{ensure, lookup, CANDIDATES};

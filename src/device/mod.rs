@@ -123,7 +123,17 @@ pub struct DeviceOptions {
     /// own limit), so tests run the path that splits large element-wise kernels into
     /// windows on small tensors. Defaults to `TESSERA_MAX_BINDING_SIZE` (bytes or K/M/G).
     pub max_binding_size: Option<u64>,
+    /// Most compiled kernels a device keeps (a GPU device's pipelines); past it the least
+    /// recently used is dropped, and compiled again if it is needed again. Defaults to
+    /// `TESSERA_MAX_PIPELINES`, else [`DEFAULT_MAX_PIPELINES`]. Lavapipe holds a few
+    /// megabytes of machine code per pipeline, so a process that builds ever new graphs
+    /// would otherwise grow without end.
+    pub max_pipelines: Option<usize>,
 }
+
+/// The pipelines a device keeps by default ([`DeviceOptions::max_pipelines`]); a model
+/// needs tens to a few hundred.
+pub const DEFAULT_MAX_PIPELINES: usize = 1024;
 
 /// Whether an adapter is real graphics hardware, not a CPU emulation such as lavapipe,
 /// llvmpipe, SwiftShader or WARP. Browsers say only whether an adapter is a fallback
@@ -177,6 +187,7 @@ impl DeviceOptions {
             memory_limit: env("TESSERA_MEMORY_LIMIT").as_deref().and_then(parse_bytes),
             invalid_kernel_for_testing: None,
             max_binding_size: env("TESSERA_MAX_BINDING_SIZE").as_deref().and_then(parse_bytes),
+            max_pipelines: env("TESSERA_MAX_PIPELINES").and_then(|v| v.trim().parse().ok()),
         }
     }
 }

@@ -26,7 +26,10 @@ pub(crate) struct GpuContext {
     pub caps: ShaderCaps,
     pub pool: BufferPool,
     pub counters: Arc<Counters>,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Compiled pipelines by source, each with the tick of its last use, at most
+    /// `max_pipelines` of them (the least recently used goes first).
+    pipelines: Mutex<Pipelines>,
+    pub max_pipelines: usize,
     /// Rendered schedules by graph structure (`super::plan`).
     pub plans: super::plan::PlanCache,
     pub lost: Arc<Mutex<Option<String>>>,
@@ -217,6 +220,7 @@ impl GpuContext {
         let mut ctx = GpuContext::from_wgpu(device, queue, force_fallback);
         ctx.pool.set_limit(options.memory_limit.or(env.memory_limit));
         ctx.invalid_kernel = options.invalid_kernel_for_testing.clone();
+        ctx.max_pipelines = options.max_pipelines.or(env.max_pipelines).unwrap_or(crate::device::DEFAULT_MAX_PIPELINES);
         ctx.serial = info.backend == wgpu::Backend::Gl;
         ctx.info.name = info.name.clone();
         ctx.info.backend = format!("{:?}", info.backend);
@@ -329,7 +333,8 @@ impl GpuContext {
             },
             pool: BufferPool::new(counters.clone()),
             counters,
-            pipelines: Mutex::new(HashMap::new()),
+            pipelines: Mutex::new(Pipelines::default()),
+            max_pipelines: crate::device::DEFAULT_MAX_PIPELINES,
             plans: Default::default(),
             lost,
             uncaptured,
@@ -386,7 +391,7 @@ impl GpuContext {
         source: &str,
         trusted: bool,
     ) -> (Arc<wgpu::ComputePipeline>, Option<wgpu::ErrorScopeGuard>) {
-        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c.get(source).cloned()) {
+        if let Some(p) = self.pipelines.lock().ok().and_then(|mut c| c.get(source)) {
             self.counters.add(Counter::PipelineHits, 1);
             return (p, None);
         }
@@ -442,7 +447,7 @@ impl GpuContext {
         }));
         self.counters.add(Counter::Pipelines, 1);
         if let Ok(mut c) = self.pipelines.lock() {
-            c.insert(source.to_string(), p.clone());
+            c.insert(source, p.clone(), self.max_pipelines);
         }
         (p, Some(scope))
     }
@@ -450,7 +455,7 @@ impl GpuContext {
     /// Forget a cached pipeline (one that failed to compile).
     pub fn evict_pipeline(&self, source: &str) {
         if let Ok(mut c) = self.pipelines.lock() {
-            c.remove(source);
+            c.by_source.remove(source);
         }
     }
 
@@ -535,5 +540,35 @@ impl GpuContext {
             out.push(bytes);
         }
         Ok(out)
+    }
+}
+
+/// A device's compiled pipelines by WGSL source, with the tick of each one's last use.
+#[derive(Default)]
+struct Pipelines {
+    by_source: HashMap<String, (Arc<wgpu::ComputePipeline>, u64)>,
+    tick: u64,
+}
+
+impl Pipelines {
+    fn get(&mut self, source: &str) -> Option<Arc<wgpu::ComputePipeline>> {
+        self.tick += 1;
+        let (p, used) = self.by_source.get_mut(source)?;
+        *used = self.tick;
+        Some(p.clone())
+    }
+
+    /// Keep `p` under `source`, first dropping the least recently used pipelines while
+    /// `max` are kept (a scan: this runs once per compilation, which costs far more).
+    fn insert(&mut self, source: &str, p: Arc<wgpu::ComputePipeline>, max: usize) {
+        while self.by_source.len() >= max.max(1) && !self.by_source.contains_key(source) {
+            let oldest = self.by_source.iter().min_by_key(|(_, (_, used))| *used).map(|(s, _)| s.clone());
+            match oldest {
+                Some(s) => self.by_source.remove(&s),
+                None => break,
+            };
+        }
+        self.tick += 1;
+        self.by_source.insert(source.to_string(), (p, self.tick));
     }
 }
