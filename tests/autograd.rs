@@ -225,6 +225,14 @@ fn nn_op_gradients() {
         &[In(&[1, 4, 4, 5], -1.0, 1.0), In(&[4, 2, 3, 2], -1.0, 1.0), In(&[4], -1.0, 1.0)],
         &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], Some(&xs[2]), o),
     );
+    // A horizontal stride of 3 with dilation: the input gradient adds each tap's column
+    // row to every third pixel (the CPU backend's col2im).
+    let s3 = Conv2dOptions { stride: (2, 3), padding: (1, 2), dilation: (1, 2), groups: 1 };
+    gradcheck(
+        "conv2d_horizontal_stride_3",
+        &[In(&[1, 2, 5, 11], -1.0, 1.0), In(&[3, 2, 2, 3], -1.0, 1.0)],
+        &move |xs: &[Tensor]| xs[0].conv2d(&xs[1], None, s3),
+    );
     // Depthwise (a sum over the window's taps on GPU devices).
     let dw = Conv2dOptions { stride: (1, 2), padding: (1, 2), dilation: (2, 1), groups: 3 };
     gradcheck(

@@ -977,9 +977,8 @@ impl<'a> Evaluator<'a> {
             }
             Kind::Col2im { window } => {
                 // Along an image row (w) each tap reads one stretch of a column row (past
-                // a stride of 1, the columns the stride reaches, one by one): the
-                // stretches are read at once, then summed into the row tap by tap (the
-                // per-pixel sum's order).
+                // a stride of 1, added to every s1-th pixel): the stretches are read at
+                // once, then summed into the row tap by tap (the per-pixel sum's order).
                 let cd = &prog.nodes[ins[0]].dims;
                 let (kk, oh, ow) = (cd[2], cd[3] as isize, cd[4] as isize);
                 let (kh, kw) = window.kernel;
@@ -999,14 +998,15 @@ impl<'a> Evaluator<'a> {
                             let w0 = c[3] as isize;
                             let (lo, hi) = (w0.max(-shift), (w0 + l as isize).min(ow * s1 - shift));
                             let row = (((c[0] * cd[1] + c[1]) * kk + i * kw + j) * oh as usize + y) * ow as usize;
-                            if s1 == 1 && lo < hi {
-                                src.push((row + (lo + shift) as usize, (hi - lo) as usize));
-                                dst.push((p + (lo - w0) as usize, (hi - lo) as usize));
-                            } else if s1 > 1 {
-                                for w in (lo..hi).filter(|w| (w + shift) % s1 == 0) {
-                                    src.push((row + ((w + shift) / s1) as usize, 1));
-                                    dst.push((p + (w - w0) as usize, 1));
-                                }
+                            // The image columns the stride reaches, from the first at
+                            // or past `lo`: consecutive columns, every s1-th pixel (one
+                            // by one, a 3x3 stride-2 convolution's input gradient took
+                            // 27 ms over 8x32x56x56).
+                            let first = lo + (-(lo + shift)).rem_euclid(s1);
+                            if first < hi {
+                                let count = ((hi - 1 - first) / s1 + 1) as usize;
+                                src.push((row + ((first + shift) / s1) as usize, count));
+                                dst.push((p + (first - w0) as usize, count));
                             }
                         }
                     }
@@ -1017,10 +1017,13 @@ impl<'a> Evaluator<'a> {
                     let Vals::F(v) = self.eval_at(ins[0], Idx::Runs(src))? else {
                         return Err(Error::Unsupported("cpu: col2im of a non-float tensor".into()));
                     };
-                    let mut at = 0;
+                    let (mut at, step) = (0, s1 as usize);
                     for &(d, l) in &dst {
-                        for (o, &x) in out[d..d + l].iter_mut().zip(&v[at..at + l]) {
-                            *o += x;
+                        let v = &v[at..at + l];
+                        if step == 1 {
+                            out[d..d + l].iter_mut().zip(v).for_each(|(o, &x)| *o += x);
+                        } else {
+                            out[d..].iter_mut().step_by(step).zip(v).for_each(|(o, &x)| *o += x);
                         }
                         at += l;
                     }
