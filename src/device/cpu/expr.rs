@@ -618,21 +618,16 @@ impl<'a> Evaluator<'a> {
     /// from it: one element a stretch took 95 ns an element through a resized
     /// hard-swish.
     fn eval_spanned(&mut self, n: usize, idx: Idx) -> Result<Vals> {
-        let (len, pieces) = (
-            idx.len(),
-            match &idx {
-                Idx::Range(..) => 1,
-                Idx::Runs(r) => r.len(),
-                Idx::List(v) => v.len(),
-            },
-        );
-        let (lo, hi) = match &idx {
-            Idx::Runs(r) => {
-                r.iter().filter(|r| r.1 > 0).fold((usize::MAX, 0), |(lo, hi), &(s, l)| (lo.min(s), hi.max(s + l)))
-            }
-            Idx::List(v) => v.iter().fold((usize::MAX, 0), |(lo, hi), &i| (lo.min(i), hi.max(i + 1))),
-            Idx::Range(..) => (0, 0),
+        // How many pieces the indices come in, and the span [lo, hi) they cover.
+        let (pieces, lo, hi) = match &idx {
+            Idx::Range(..) => (1, 0, 0),
+            Idx::Runs(r) => r
+                .iter()
+                .filter(|r| r.1 > 0)
+                .fold((r.len(), usize::MAX, 0), |(k, lo, hi), &(s, l)| (k, lo.min(s), hi.max(s + l))),
+            Idx::List(v) => v.iter().fold((v.len(), usize::MAX, 0), |(k, lo, hi), &i| (k, lo.min(i), hi.max(i + 1))),
         };
+        let len = idx.len();
         let leaf = matches!(self.prog.nodes[n].kind, Kind::Leaf(_));
         if leaf || pieces < 2 || lo >= hi || hi - lo > len {
             return self.eval_at(n, idx);

@@ -286,7 +286,6 @@ fn columns(
     len: usize,
     wrap: fn(i64) -> i64,
 ) -> Result<Vec<Acc>> {
-    let n_out = n;
     if outer > 1 || n >= CHUNK / 4 {
         // Blocks of at most a chunk of one outer index's outputs; each walks down the
         // reduced rows, several at once where the block is a whole row shorter than a
@@ -312,20 +311,20 @@ fn columns(
         return Ok(joined(parts));
     }
     // Few outputs: blocks of whole input rows, combined in order.
-    let per = (CHUNK / n_out).max(1);
+    let per = (CHUNK / n).max(1);
     let blocks = len.div_ceil(per);
-    let parts = par::map(blocks, par::worth(n_out * len), |b| {
+    let parts = par::map(blocks, par::worth(n * len), |b| {
         let (k0, k1) = (b * per, ((b + 1) * per).min(len));
-        let v = prog.eval(Idx::Range(k0 * n_out, (k1 - k0) * n_out))?;
-        let mut accs = vec![Acc::Empty; n_out];
+        let v = prog.eval(Idx::Range(k0 * n, (k1 - k0) * n))?;
+        let mut accs = vec![Acc::Empty; n];
         for k in k0..k1 {
             for (j, a) in accs.iter_mut().enumerate() {
-                fold_one(op, a, &v, (k - k0) * n_out + j, k, wrap);
+                fold_one(op, a, &v, (k - k0) * n + j, k, wrap);
             }
         }
         Ok(accs)
     })?;
-    let mut out = vec![Acc::Empty; n_out];
+    let mut out = vec![Acc::Empty; n];
     for p in parts {
         for (o, a) in out.iter_mut().zip(p) {
             *o = combine(op, *o, a, wrap);
