@@ -48,6 +48,18 @@ pub enum ScalarField {
     SeedHi,
 }
 
+/// One spatial axis of a col2im (`Gen::col2im_taps`): the padded output coordinate,
+/// its quotient and remainder by the stride where the dilation is 1, and the axis's
+/// kernel size, stride, dilation and input size (slots).
+struct TapAxis {
+    at: String,
+    qr: Option<(String, String)>,
+    k: String,
+    s: String,
+    d: String,
+    n: String,
+}
+
 /// A meta slot filled from a node's scalar: what changes between two graphs of one
 /// structure (a learning rate, a dropout seed), so a cached plan refills only these.
 #[derive(Clone, Copy, Debug)]
@@ -238,6 +250,45 @@ impl<'a> Gen<'a> {
         let v = [w.kernel.1, w.stride.0, w.stride.1, w.dilation.0, w.dilation.1, w.padding.0, w.padding.1];
         let names = ["kw", "sh", "sw", "dh", "dw", "ph", "pw"];
         std::array::from_fn(|k| self.node_slot(t, names[k], 0, v[k]))
+    }
+
+    /// One spatial axis of a col2im at output coordinate `out`, with the axis's kernel
+    /// size, stride, dilation, padding and input size (`[k, s, d, p, n]`, slots). With
+    /// dilation 1 the taps that land on `out` are `r, r + s, ..` from inputs `q, q - 1,
+    /// ..`, where `out + p = q s + r`: one division here instead of a test of every tap
+    /// with two divisions each (lavapipe divides lane by lane: rapidocr_det's 2x2
+    /// stride-2 upsampling to 24 x 320 x 320, 101 -> 21 ms).
+    fn col2im_taps(&mut self, out: &str, [k, s, d, p, n]: [&String; 5], unit: bool) -> TapAxis {
+        let at = format!("({out} + {p})");
+        let qr = if unit { Some(self.divmod(&at, s)) } else { None };
+        TapAxis { at, qr, k: k.clone(), s: s.clone(), d: d.clone(), n: n.clone() }
+    }
+
+    /// Open the loop over an axis's taps and the test that one lands (two scopes):
+    /// the tap and its input coordinate.
+    fn open_taps(&mut self, a: TapAxis) -> (String, String) {
+        let TapAxis { at, qr, k, s, d, n } = a;
+        let tap = self.fresh("k");
+        let (q, test) = match qr {
+            Some((q, r)) => {
+                let t = self.fresh("t");
+                self.emit(&format!("for (var {t} = 0u; {t} <= {q} && {r} + {t} * {s} < {k}; {t} = {t} + 1u) {{"));
+                self.indent += 1;
+                self.emit(&format!("let {tap} = {r} + {t} * {s};"));
+                let i = self.let_("i", format!("{q} - {t}"));
+                (i.clone(), format!("{i} < {n}"))
+            }
+            None => {
+                self.emit(&format!("for (var {tap} = 0u; {tap} < {k}; {tap} = {tap} + 1u) {{"));
+                self.indent += 1;
+                let y = self.let_("y", format!("{at} - {tap} * {d}"));
+                let (q, r) = self.divmod(&y, &s);
+                (q.clone(), format!("{at} >= {tap} * {d} && {r} == 0u && {q} < {n}"))
+            }
+        };
+        self.emit(&format!("if ({test}) {{"));
+        self.indent += 1;
+        (tap, q)
     }
 
     /// A slot holding `v`, node `t`'s constant `what` (of axis or input `at`): one slot
@@ -845,31 +896,17 @@ impl<'a> Gen<'a> {
                 let [kw, sh, sw, dh, dw, ph, pw] = self.window_slots(t, w);
                 let ty = compute_type(dt);
                 let acc = self.fresh("acc");
-                let (ki, kj) = (self.fresh("ki"), self.fresh("kj"));
                 self.emit(&format!("var {acc}: {ty} = {ty}(0);"));
-                self.emit(&format!("for (var {ki} = 0u; {ki} < {kh}; {ki} = {ki} + 1u) {{"));
-                self.indent += 1;
-                self.emit(&format!("for (var {kj} = 0u; {kj} < {kw}; {kj} = {kj} + 1u) {{"));
-                self.indent += 1;
-                let y = self.let_("y", format!("i32({}) + i32({ph}) - i32({ki} * {dh})", c[2]));
-                let x = self.let_("x", format!("i32({}) + i32({pw}) - i32({kj} * {dw})", c[3]));
-                self.emit(&format!(
-                    "if ({y} >= 0 && {x} >= 0 && {y} % i32({sh}) == 0 && {x} % i32({sw}) == 0 && u32({y}) / {sh} < {} && u32({x}) / {sw} < {}) {{",
-                    sd[3], sd[4]
-                ));
-                self.indent += 1;
+                let rows = self.col2im_taps(&c[2], [&kh, &sh, &dh, &ph, &sd[3]], w.dilation.0 == 1);
+                let cols = self.col2im_taps(&c[3], [&kw, &sw, &dw, &pw, &sd[4]], w.dilation.1 == 1);
                 let saved = self.memo.clone();
-                let cc = vec![
-                    c[0].clone(),
-                    c[1].clone(),
-                    format!("({ki} * {kw} + {kj})"),
-                    format!("(u32({y}) / {sh})"),
-                    format!("(u32({x}) / {sw})"),
-                ];
+                let (ki, iy) = self.open_taps(rows);
+                let (kj, ix_) = self.open_taps(cols);
+                let cc = vec![c[0].clone(), c[1].clone(), format!("({ki} * {kw} + {kj})"), iy, ix_];
                 let v = self.eval(&src, &Ix::coords(cc), false);
                 self.emit(&format!("{acc} = {acc} + {v};"));
                 self.memo = saved;
-                for _ in 0..3 {
+                for _ in 0..4 {
                     self.indent -= 1;
                     self.emit("}");
                 }
