@@ -48,6 +48,9 @@ pub enum ScalarField {
     SeedHi,
 }
 
+/// The memo's key for linear index texts ([`Gen::linear`]), apart from node ids.
+const LINEAR: u64 = u64::MAX;
+
 /// One spatial axis of a col2im (`Gen::col2im_taps`): the padded output coordinate,
 /// its quotient and remainder by the stride where the dilation is 1, and the axis's
 /// kernel size, stride, dilation and input size (slots).
@@ -398,7 +401,15 @@ impl<'a> Gen<'a> {
         for d in 1..coords.len() {
             e = format!("({e}) * {} + {}", dims[d], coords[d]);
         }
-        self.let_("l", e)
+        // One name per index text in scope, so the loads memoised by index find each
+        // other (a column broadcast read by the four lanes of a run: one load, not four).
+        let key = (LINEAR, e);
+        if let Some(v) = self.memo.get(&key) {
+            return v.clone();
+        }
+        let v = self.let_("l", key.1.clone());
+        self.memo.insert(key, v.clone());
+        v
     }
 
     /// Coordinates in `src` of the element at coordinates `ix` of `t`, a reshape of
