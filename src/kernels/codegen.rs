@@ -312,8 +312,12 @@ impl<'a> Gen<'a> {
     /// by a uniform in a few instructions where CPU adapters loop over the lanes.
     pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
         let slot = d.strip_prefix("m(").and_then(|s| s.strip_suffix("u)")).and_then(|s| s.parse::<usize>().ok());
-        let slot = slot.filter(|_| !cfg!(target_arch = "wasm32"));
-        let Some(v) = slot.and_then(|i| self.meta.get(i).copied()).filter(|&v| v > 0) else {
+        let known = slot.and_then(|i| self.meta.get(i).copied()).filter(|&v| v > 0);
+        // A constant over a dim folds (the taps of an unrolled reduction).
+        if let (Some(n), Some(v)) = (q.strip_suffix('u').and_then(|n| n.parse::<u32>().ok()), known) {
+            return (format!("{}u", n / v), format!("{}u", n % v));
+        }
+        let Some(v) = known.filter(|_| !cfg!(target_arch = "wasm32")) else {
             let qq = self.let_("q", format!("{q} / {d}"));
             return (qq, self.let_("c", format!("{q} % {d}")));
         };
