@@ -313,8 +313,9 @@ impl<'a> Gen<'a> {
     pub fn divmod(&mut self, q: &str, d: &str) -> (String, String) {
         let slot = d.strip_prefix("m(").and_then(|s| s.strip_suffix("u)")).and_then(|s| s.parse::<usize>().ok());
         let known = slot.and_then(|i| self.meta.get(i).copied()).filter(|&v| v > 0);
-        // A constant over a dim folds (the taps of an unrolled reduction).
-        if let (Some(n), Some(v)) = (q.strip_suffix('u').and_then(|n| n.parse::<u32>().ok()), known) {
+        // A constant over a dim folds (the taps of an unrolled reduction or of a
+        // depthwise sum, a slice's start).
+        if let (Some(n), Some(v)) = (self.constant_of(q), known) {
             return (format!("{}u", n / v), format!("{}u", n % v));
         }
         let Some(v) = known.filter(|_| !cfg!(target_arch = "wasm32")) else {
@@ -324,6 +325,16 @@ impl<'a> Gen<'a> {
         let qq = self.udiv(q, d, v);
         let qq = self.let_("q", qq);
         (qq.clone(), self.let_("c", format!("({q}) - {qq} * {d}")))
+    }
+
+    /// The value of `q` where it is a constant: a literal, or a node's structural slot
+    /// ([`Gen::node_slot`]; neither a patched scalar nor a slot the executor rewrites).
+    fn constant_of(&self, q: &str) -> Option<u32> {
+        if let Some(n) = q.strip_suffix('u').and_then(|n| n.parse::<u32>().ok()) {
+            return Some(n);
+        }
+        let i = q.strip_prefix("m(")?.strip_suffix("u)")?.parse::<usize>().ok()?;
+        self.node_slots.values().any(|s| s == q).then(|| self.meta.get(i).copied())?
     }
 
     /// `udiv(q, magic, shifts)`: `q` divided by the meta slot `d` (holding `v`) by
@@ -405,8 +416,12 @@ impl<'a> Gen<'a> {
         for d in 1..coords.len() {
             e = format!("({e}) * {} + {}", dims[d], coords[d]);
         }
-        // One name per index text in scope, so the loads memoised by index find each
-        // other (a column broadcast read by the four lanes of a run: one load, not four).
+        // A constant stays itself (so a division of it folds); otherwise one name per
+        // index text in scope, so the loads memoised by index find each other (a
+        // column broadcast read by the four lanes of a run: one load, not four).
+        if self.constant_of(&e).is_some() {
+            return e;
+        }
         let key = (LINEAR, e);
         if let Some(v) = self.memo.get(&key) {
             return v.clone();
@@ -461,7 +476,10 @@ impl<'a> Gen<'a> {
                     for &a in &onz[si + 1..i] {
                         l = format!("({l}) * {} + {}", odims[a], c[a]);
                     }
-                    self.let_("l", l)
+                    match self.constant_of(&l) {
+                        Some(_) => l,
+                        None => self.let_("l", l),
+                    }
                 }
             };
             let idims = self.dims_of(src);
