@@ -48,7 +48,7 @@ pub enum ScalarField {
     SeedHi,
 }
 
-/// The memo's key for linear index texts ([`Gen::linear`]), apart from node ids.
+/// The memo's key for index texts ([`Gen::index_name`]), apart from node ids.
 const LINEAR: u64 = u64::MAX;
 
 /// One spatial axis of a col2im (`Gen::col2im_taps`): the padded output coordinate,
@@ -416,9 +416,14 @@ impl<'a> Gen<'a> {
         for d in 1..coords.len() {
             e = format!("({e}) * {} + {}", dims[d], coords[d]);
         }
-        // A constant stays itself (so a division of it folds); otherwise one name per
-        // index text in scope, so the loads memoised by index find each other (a
-        // column broadcast read by the four lanes of a run: one load, not four).
+        self.index_name(e)
+    }
+
+    /// A name for the index expression `e`: a constant stays itself (so a division of
+    /// it folds); otherwise one name per text in scope, so the loads memoised by
+    /// their index find each other (a column broadcast read by the four lanes of a
+    /// run: one load, not four).
+    fn index_name(&mut self, e: String) -> String {
         if self.constant_of(&e).is_some() {
             return e;
         }
@@ -476,10 +481,7 @@ impl<'a> Gen<'a> {
                     for &a in &onz[si + 1..i] {
                         l = format!("({l}) * {} + {}", odims[a], c[a]);
                     }
-                    match self.constant_of(&l) {
-                        Some(_) => l,
-                        None => self.let_("l", l),
-                    }
+                    self.index_name(l)
                 }
             };
             let idims = self.dims_of(src);
