@@ -714,7 +714,7 @@ fn fused_chains_of_movement_and_elementwise() {
     // read twice along both axes; the CPU computes the span once and picks from it), a
     // gather of it, and strided convolution and pooling windows over a buffer and over
     // an expression (stretches stepping by the stride; spans picked from up to a stride
-    // of 4, a list past it).
+    // of 4, a list past it), and pooling windows up to 7x7.
     check("resized expressions and strided windows", |d| {
         let x = rand_t(&[2, 3, 37, 45], 10, -1.0, 1.0, d);
         let e = (&x * 2.0 + 1.0).relu() * &x;
@@ -738,6 +738,9 @@ fn fused_chains_of_movement_and_elementwise() {
             e.max_pool2d(3, 2, 1),
             e.avg_pool2d(3, 2, 1),
             e.max_pool2d(3, 5, 1),
+            // Windows of 25 and 49 taps (unrolled reductions on wgpu).
+            e.max_pool2d(5, 1, 2),
+            e.avg_pool2d(7, 3, 3),
         ]
     });
 }

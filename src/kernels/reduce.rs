@@ -21,20 +21,22 @@ pub fn reduce_workgroup(n_out: usize) -> u32 {
     }
 }
 
-/// Reductions no longer than this are unrolled where their tensors fit one binding each.
-pub const UNROLL_LEN: usize = 16;
+/// An unrolled short reduction whose kernel text would exceed this keeps the loop (a
+/// long fused expression copied for every element compiles slowly).
+const UNROLL_BYTES: usize = 96 * 1024;
 
 /// Render the reduction producing `root` (an `Op::Reduce` node). A short one (a pooling
 /// window) is unrolled: each invocation unravels its output index once and reads every
 /// element at constant reduced coordinates (a window's taps fold to constants), where
 /// the loop unravelled the output index and divided the tap index at every element
-/// (lavapipe, a 3x3 max pool over 8x24x112x112: 157-172 -> 33-38 ms). Tensors past one binding
-/// keep the loop, whose loads follow the executor's windows.
+/// (lavapipe: a 3x3 max pool over 8x24x112x112, 157-172 -> 33-38 ms; 5x5 over
+/// 8x64x56x56, 351 -> 51-54 ms). Tensors past one binding keep the loop, whose loads
+/// follow the executor's windows.
 pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
-    if reduced_len(root) <= UNROLL_LEN {
+    if reduced_len(root) <= SMALL_LEN {
         let spec = render_with(root, is_leaf, caps, true)?;
         let big = |t: &Tensor| t.storage_bytes() > caps.max_binding;
-        if !big(root) && !spec.inputs.iter().any(big) {
+        if spec.source.len() <= UNROLL_BYTES && !big(root) && !spec.inputs.iter().any(big) {
             return Ok(spec);
         }
     }
