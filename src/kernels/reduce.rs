@@ -1,6 +1,8 @@
 //! Reductions (sum, max, min, argmax, argmin) over any set of axes, with the input
 //! expression fused in. Long reductions use a workgroup per output (`reduce.wgsl`),
-//! short ones an invocation per output (`reduce_small.wgsl`).
+//! short ones an invocation per output: unrolled (`reduce_all`, generated here), or
+//! looping (`reduce_small.wgsl`) where a tensor exceeds a binding or the unrolled text
+//! would be long.
 
 use super::codegen::{Gen, Ix};
 use super::{compute_type, fold_groups, header, sources, KernelSpec, ShaderCaps, WG};
