@@ -63,7 +63,7 @@ fn render_with(
     let Op::Reduce { op, axes } = &node.op else { unreachable!("reduce::render called on {}", node.op.name()) };
     let x = &node.inputs[0];
     let n_out = root.numel();
-    let len: usize = axes.iter().map(|&a| x.dims()[a]).product();
+    let len = reduced_len(root);
     let mut g = Gen::new(*caps, is_leaf);
     g.slot(n_out as u32);
     g.slot(len as u32);
