@@ -25,7 +25,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
     g.decide_windows(root.storage_bytes());
     let quads = n > 0 && n.is_multiple_of(4) && !g.emit_windows && g.no_quantised_leaves();
     if quads && std::env::var("TESSERA_VEC4").as_deref() != Ok("0") {
-        for lanes in Lanes::for_len(n, caps).into_iter().filter(|l| suits(l.form, &g.ops)) {
+        for lanes in Lanes::for_len(n, caps).into_iter().filter(|l| suits(l.form, &g.ops, caps)) {
             if let Some(spec) = render_vectors(root, is_leaf, lanes)? {
                 return Ok(spec);
             }
@@ -105,14 +105,20 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 /// | `log(abs(x) + 1)` | 4.20-4.21 | 3.88-3.92 | 3.37-3.48 |
 /// | `x / (sqrt(abs(y)) + 1e-8)` | 4.56-4.67 | 3.07-3.35 | 4.07-4.27 |
 ///
-/// So: cheap expressions wide (a relu among other ops too, but not a relu alone),
-/// ones with a transcendental wide stores, and erf and GELU quads. (`log` took 3.8-4.2,
-/// 5.2 and 5.1-5.7 ms while its NaN below 0 was a float select; see
+/// So on hosts with AVX-512: cheap expressions wide (a relu among other ops too, but not
+/// a relu alone), ones with a transcendental wide stores, and erf and GELU quads. (`log`
+/// took 3.8-4.2, 5.2 and 5.1-5.7 ms while its NaN below 0 was a float select; see
 /// `codegen::nan_below_zero`.)
+///
+/// Without AVX-512 ([`ShaderCaps::wide_arith`]) every expression goes wide. 2-core AMD
+/// EPYC (Zen 3, AVX2), same bench, two runs each (default choice / wide): `exp` 18.4-19.7
+/// / 12.5-12.7 ms, `sigmoid` 17.7-19.2 / 12.4-12.6, `relu` 16.9-19.7 / 12.0-12.1, the
+/// chain 20.9-21.4 / 14.6-15.1, `gelu` 20.9-21.2 / 14.5, `log(abs(x) + 1)` 20.4-21.6 /
+/// 13.2-14.3; wide stores took 17-23 ms on all of these.
 ///
 /// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores` forces a form where it applies
 /// (quads otherwise), for such measurements.
-fn suits(form: Form, ops: &[String]) -> bool {
+fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
     const TRANSCENDENTAL: [&str; 11] =
         ["exp", "log", "tanh", "sigmoid", "silu", "sin", "cos", "pow", "erf", "geluerf", "gelutanh"];
     const QUADS_FASTER: [&str; 3] = ["erf", "geluerf", "gelutanh"];
@@ -132,7 +138,7 @@ fn suits(form: Form, ops: &[String]) -> bool {
     match form {
         Form::Quads => true,
         Form::WideStores => !has(&QUADS_FASTER),
-        Form::Wide => !has(&TRANSCENDENTAL) && !relu_alone,
+        Form::Wide => caps.wide_arith || (!has(&TRANSCENDENTAL) && !relu_alone),
     }
 }
 
@@ -687,7 +693,7 @@ fn render_multi(
         && g.checks.is_empty()
         && match lanes {
             Some(l) => {
-                suits(l.form, &g.ops)
+                suits(l.form, &g.ops, caps)
                     && g.params_ok
                     && g.no_quantised_leaves()
                     && roots.iter().all(|t| l.stores(t.dtype()))
@@ -915,8 +921,8 @@ mod tests {
         let h = Tensor::rand([4, 8], 5, &d).cast(DType::F16);
         crate::read_all_blocking(&[x.clone(), row8.clone(), row4.clone(), y.clone(), h.clone()]).expect("realise");
         // The form a kernel took, from its bindings.
-        let form = |t: &Tensor| {
-            let src = source(t, &caps);
+        let form = |t: &Tensor, caps: &crate::kernels::ShaderCaps| {
+            let src = source(t, caps);
             match (src.contains("in0: array<vec4<u64>>"), src.contains("out: array<vec4<u64>>")) {
                 (true, true) => "wide",
                 (false, true) => "wide stores",
@@ -944,7 +950,21 @@ mod tests {
             ("12 elements", &y + 1.0, "quads"),
             ("a head split", x.reshape([2, 2, 2, 4]).permute(&[0, 2, 1, 3]) + 1.0, "quads"),
         ] {
-            assert_eq!(form(&t), expect, "{what}:\n{}", source(&t, &caps));
+            assert_eq!(form(&t, &caps), expect, "{what}:\n{}", source(&t, &caps));
+        }
+        // Without AVX-512 every expression whose inputs are 32-bit and whole eights loads
+        // wide; the others keep the forms above.
+        let arith = crate::kernels::ShaderCaps { wide_arith: true, ..caps };
+        for (what, t, expect) in [
+            ("the chain", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), "wide"),
+            ("relu", x.relu(), "wide"),
+            ("gelu", x.gelu(), "wide"),
+            ("log", (&x + 1.0).log(), "wide"),
+            ("a row of 4 repeated, exp", (&x.reshape([8, 4]) + &row4).exp(), "wide stores"),
+            ("f16 in", h.cast(DType::F32).exp(), "wide stores"),
+            ("f16 out", x.cast(DType::F16), "quads"),
+        ] {
+            assert_eq!(form(&t, &arith), expect, "{what} without AVX-512:\n{}", source(&t, &arith));
         }
         let no_wide = crate::kernels::ShaderCaps { wide_loads: false, ..caps };
         assert!(!source(&x.exp(), &no_wide).contains("array<vec4<u64>>"), "adapters without wide loads never see u64");

@@ -128,6 +128,11 @@ pub struct ShaderCaps {
     /// For CPU adapters: lavapipe runs every storage access as a loop over its SIMD
     /// lanes, so eight values per access halve that cost per value.
     pub wide_loads: bool,
+    /// With `wide_loads`: element-wise kernels load eight values per access whatever
+    /// their arithmetic. False where the host has AVX-512: LLVM assembles lavapipe's
+    /// `vec4<u64>` loads in 512-bit registers there, which slows the 256-bit arithmetic
+    /// around them, so expressions with a transcendental load quads (`elementwise::suits`).
+    pub wide_arith: bool,
 }
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).

@@ -19,6 +19,7 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         max_binding,
         subgroup_min: 0,
         wide_loads: false,
+        wide_arith: false,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -32,7 +33,7 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (8, 8), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (8, 8), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(true, true, (8, 4), 1 << 30) },
-        ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(false, true, (8, 2), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, wide_loads: true, wide_arith: true, ..caps(false, true, (8, 2), 1 << 30) },
     ]
 }
 

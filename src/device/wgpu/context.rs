@@ -98,6 +98,14 @@ fn capabilities(subgroup_sizes: (u32, u32), features: wgpu::Features, limits: &w
     }
 }
 
+/// Whether this host's CPU has AVX-512, which a CPU adapter (lavapipe) running on it uses.
+fn host_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 fn describe(index: usize, a: &wgpu::Adapter) -> AdapterDescription {
     let info = a.get_info();
     AdapterDescription {
@@ -280,6 +288,7 @@ impl GpuContext {
             && ctx.device.features().contains(wgpu::Features::SHADER_INT64)
             && !cfg!(target_arch = "wasm32")
             && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
+        ctx.caps.wide_arith = ctx.caps.wide_loads && !host_has_avx512();
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
         // which naga's front-end (and so wgpu's native path) refuses.
         let c = &ctx.info.capabilities;
@@ -321,6 +330,7 @@ impl GpuContext {
                 max_binding: caps.max_storage_buffer_binding_size,
                 subgroup_min: 0,
                 wide_loads: false,
+                wide_arith: false,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),
