@@ -650,7 +650,7 @@ fn wide_loads_every_32_bit_dtype() {
 /// dtype (f16 as packed pairs), 32-bit outputs of each kind, repeated rows of 4 and 12
 /// (whole quads, not whole eights), several outputs in one kernel, and lengths that are
 /// a multiple of 8, of 4 only, and neither. On hosts without AVX-512
-/// (`ShaderCaps::wide_arith`) the expressions with only 32-bit inputs in whole eights
+/// (`ShaderCaps::no_avx512`) the expressions with only 32-bit inputs in whole eights
 /// load wide instead, and the f16 inputs and rows of 4 and 12 keep wide stores.
 #[test]
 fn wide_stores_every_input_dtype() {
@@ -832,10 +832,15 @@ fn sibling_outputs_in_one_kernel() {
 /// On CPU adapters with subgroups and 64-bit integers, f32 products whose A is [M, K]
 /// with K % 8 == 0 load 8 values at a time (`matmul_direct_wide.wgsl`): B as [K, N] with
 /// N % 8 == 0 or as [N, K]; rows past whole tiles, column blocks with idle lanes,
-/// batches, one k-step and many, and epilogues.
+/// batches, one k-step and many, and epilogues. On hosts without AVX-512
+/// (`ShaderCaps::no_avx512`) products of 128 rows or more take 64-row tiles: the
+/// batch of 130 rows, the 256 rows and the epilogue over 256 rows (64 columns or more,
+/// or the thinner output would be computed as C^T).
 #[test]
 fn wide_matmul_shapes() {
-    let cases: [(&[usize], &[usize], bool); 9] = [
+    let cases: [(&[usize], &[usize], bool); 11] = [
+        (&[2, 130, 16], &[16, 72], false),
+        (&[256, 24], &[80, 24], true),
         (&[24, 16], &[16, 40], false),
         (&[2, 33, 64], &[64, 72], false),
         (&[70, 8], &[8, 264], false),
@@ -864,7 +869,13 @@ fn wide_matmul_shapes() {
         let w = rand_t(&[48, 16], 91, -1.0, 1.0, d);
         let bias = rand_t(&[48], 92, -1.0, 1.0, d);
         let res = rand_t(&[24, 48], 93, -1.0, 1.0, d);
-        vec![(x.matmul(&w.t()) + &bias).gelu() + &res, x.matmul(&rand_t(&[16, 48], 94, -1.0, 1.0, d)).relu() * 2.0]
+        let tall = rand_t(&[256, 16], 95, -1.0, 1.0, d);
+        let (w2, bias2) = (rand_t(&[72, 16], 96, -1.0, 1.0, d), rand_t(&[72], 97, -1.0, 1.0, d));
+        vec![
+            (x.matmul(&w.t()) + &bias).gelu() + &res,
+            x.matmul(&rand_t(&[16, 48], 94, -1.0, 1.0, d)).relu() * 2.0,
+            (tall.matmul(&w2.t()) + &bias2).gelu(),
+        ]
     });
 }
 

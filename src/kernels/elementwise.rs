@@ -110,7 +110,7 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 /// took 3.8-4.2, 5.2 and 5.1-5.7 ms while its NaN below 0 was a float select; see
 /// `codegen::nan_below_zero`.)
 ///
-/// Without AVX-512 ([`ShaderCaps::wide_arith`]) every expression goes wide. 2-core AMD
+/// Without AVX-512 ([`ShaderCaps::no_avx512`]) every expression goes wide. 2-core AMD
 /// EPYC (Zen 3, AVX2), same bench, two runs each (default choice / wide): `exp` 18.4-19.7
 /// / 12.5-12.7 ms, `sigmoid` 17.7-19.2 / 12.4-12.6, `relu` 16.9-19.7 / 12.0-12.1, the
 /// chain 20.9-21.4 / 14.6-15.1, `gelu` 20.9-21.2 / 14.5, `log(abs(x) + 1)` 20.4-21.6 /
@@ -138,7 +138,7 @@ fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
     match form {
         Form::Quads => true,
         Form::WideStores => !has(&QUADS_FASTER),
-        Form::Wide => caps.wide_arith || (!has(&TRANSCENDENTAL) && !relu_alone),
+        Form::Wide => caps.no_avx512 || (!has(&TRANSCENDENTAL) && !relu_alone),
     }
 }
 
@@ -954,7 +954,7 @@ mod tests {
         }
         // Without AVX-512 every expression whose inputs are 32-bit and whole eights loads
         // wide; the others keep the forms above.
-        let arith = crate::kernels::ShaderCaps { wide_arith: true, ..caps };
+        let arith = crate::kernels::ShaderCaps { no_avx512: true, ..caps };
         for (what, t, expect) in [
             ("the chain", ((&x * 2.0 + 1.0).exp().tanh() * &x).relu(), "wide"),
             ("relu", x.relu(), "wide"),

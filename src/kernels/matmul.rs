@@ -447,7 +447,7 @@ pub fn render(
         ));
         (8, 8, 128, 128)
     } else if wide {
-        wide_tiles(m, n, batch, &mut src)
+        wide_tiles(m, n, batch, caps.no_avx512, &mut src)
     } else if subgroup {
         subgroup_tiles(m, n, batch, caps, &mut src)
     } else {
@@ -702,16 +702,23 @@ fn subgroup_tiles(
 
 /// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
 /// (the block width that leaves the fewest columns idle), and TM a multiple of 8 up to
-/// 32 (`TESSERA_MATMUL_ROWS` up to 64), lowered while the product would have fewer than
-/// 4 workgroups. (Lavapipe, 1024^3: 64 rows about 64 GFLOP/s, 32 rows about 55; but
-/// LLVM compiles the 64-row kernel much slower: MiniLM's first batch of 32 took 37 s
-/// cold with 64 rows, 14 s with 32, 12 s with the quad kernel.)
-fn wide_tiles(m: usize, n: usize, batch: usize, src: &mut String) -> (usize, usize, usize, usize) {
+/// 32, or up to 64 with `tall` for products of 128 rows or more (`TESSERA_MATMUL_ROWS`
+/// sets the limit, 8 to 64), lowered while the product would have fewer than 4
+/// workgroups. Each k-step loads B once per lane for all TM rows, so taller tiles load
+/// less, but LLVM compiles the 64-row kernel about 3x slower (Mesa's shader cache keeps it
+/// after the first run on a machine).
+/// - AVX-512 host, lavapipe: 1024^3 at 64 rows about 64 GFLOP/s against 55 with 32, but
+///   MiniLM's batch of 32 slower (357-362 ms against 321-330), so 32 there.
+/// - AVX2 host (2-core Zen 3, `tall`): 1024^3 24.1-24.6 against 18.1-18.3 GFLOP/s,
+///   128x1536x384 22.8-23.6 against 17.4-17.7, MiniLM's batch of 32 x 22 tokens
+///   779-813 ms against 982-984.
+fn wide_tiles(m: usize, n: usize, batch: usize, tall: bool, src: &mut String) -> (usize, usize, usize, usize) {
     let idle = |lanes: usize| n.div_ceil(8 * lanes) * 8 * lanes - n;
     let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
     let col_groups = n.div_ceil(lanes * 8).max(1);
+    let rows = if tall && m >= 128 { 64 } else { 32 };
     let cap =
-        std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32).clamp(8, 64);
+        std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(rows).clamp(8, 64);
     let mut tm = m.next_multiple_of(8).min(cap / 8 * 8);
     while tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
         tm -= 8;

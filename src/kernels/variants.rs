@@ -19,7 +19,7 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         max_binding,
         subgroup_min: 0,
         wide_loads: false,
-        wide_arith: false,
+        no_avx512: false,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -33,7 +33,7 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         ShaderCaps { tiled_vec4: true, ..caps(true, false, (8, 8), 1 << 30) },
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (8, 8), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(true, true, (8, 4), 1 << 30) },
-        ShaderCaps { subgroup_min: 8, wide_loads: true, wide_arith: true, ..caps(false, true, (8, 2), 1 << 30) },
+        ShaderCaps { subgroup_min: 8, wide_loads: true, no_avx512: true, ..caps(false, true, (8, 2), 1 << 30) },
     ]
 }
 
@@ -132,6 +132,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
         (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
         // Wide matmuls (f32, K % 8 == 0, more than 8 rows): B [K, N] and [N, K].
         Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 128], [8, 16], &d)),
+        // 64 rows per workgroup where the host lacks AVX-512 (`ShaderCaps::no_avx512`).
+        Tensor::from_slice(&[0.5f32; 2048], [256, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 512], [8, 64], &d)),
         (Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 160], [20, 8], &d).t())
             + 1.0)
             .relu(),

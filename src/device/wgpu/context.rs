@@ -288,7 +288,7 @@ impl GpuContext {
             && ctx.device.features().contains(wgpu::Features::SHADER_INT64)
             && !cfg!(target_arch = "wasm32")
             && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
-        ctx.caps.wide_arith = ctx.caps.wide_loads && !host_has_avx512();
+        ctx.caps.no_avx512 = ctx.caps.wide_loads && !host_has_avx512();
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
         // which naga's front-end (and so wgpu's native path) refuses.
         let c = &ctx.info.capabilities;
@@ -330,7 +330,7 @@ impl GpuContext {
                 max_binding: caps.max_storage_buffer_binding_size,
                 subgroup_min: 0,
                 wide_loads: false,
-                wide_arith: false,
+                no_avx512: false,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),
