@@ -7,7 +7,7 @@
 // for B per 8 columns and one per 8 rows for A, where the quad kernel spends 8 per 4
 // columns and two per 8 rows (lavapipe, 1024^3 f32 in the kernel lab: about 1.6x).
 // A is [M, K] (not transposed), K % 8 == 0; B is [K, N] with N % 8 == 0, or [N, K].
-// TM is a multiple of 8 up to 64: each group of 8 rows keeps its accumulators in a
+// TM is a multiple of 8 up to 96: each group of 8 rows keeps its accumulators in a
 // struct of named vectors (a private array indexed by a loop would live in memory).
 // Every lane runs the same trip count and all loads are clamped, so each shuffle happens
 // in uniform control flow with the whole subgroup active.
@@ -47,8 +47,8 @@ fn main(
     let N8 = N / 8u;
     // This lane's A loads, one per row group: row row0 + 8g + l.
     let own = sl % 8u;
-    var ra: array<u32, 8>;
-    for (var g = 0u; g < 8u; g = g + 1u) {
+    var ra: array<u32, 12>;
+    for (var g = 0u; g < 12u; g = g + 1u) {
         ra[g] = off_a + min(row0 + 8u * g + own, M - 1u) * K8;
     }
     // B: the lane's 8 columns' rows of B^T, or its block of 8 columns of B.
@@ -62,6 +62,7 @@ fn main(
     }
     var g0: Rows8; var g1: Rows8; var g2: Rows8; var g3: Rows8;
     var g4: Rows8; var g5: Rows8; var g6: Rows8; var g7: Rows8;
+    var g8: Rows8; var g9: Rows8; var g10: Rows8; var g11: Rows8;
     for (var k8 = 0u; k8 < K8; k8 = k8 + 1u) {
         var s: Step;
         if (TRANS_B) {
@@ -81,6 +82,10 @@ fn main(
         if (TM > 40u) { group_step(&g5, ld8_a(ra[5] + k8), s); }
         if (TM > 48u) { group_step(&g6, ld8_a(ra[6] + k8), s); }
         if (TM > 56u) { group_step(&g7, ld8_a(ra[7] + k8), s); }
+        if (TM > 64u) { group_step(&g8, ld8_a(ra[8] + k8), s); }
+        if (TM > 72u) { group_step(&g9, ld8_a(ra[9] + k8), s); }
+        if (TM > 80u) { group_step(&g10, ld8_a(ra[10] + k8), s); }
+        if (TM > 88u) { group_step(&g11, ld8_a(ra[11] + k8), s); }
     }
     store_group(0u, g0);
     if (TM > 8u) { store_group(1u, g1); }
@@ -90,5 +95,9 @@ fn main(
     if (TM > 40u) { store_group(5u, g5); }
     if (TM > 48u) { store_group(6u, g6); }
     if (TM > 56u) { store_group(7u, g7); }
+    if (TM > 64u) { store_group(8u, g8); }
+    if (TM > 72u) { store_group(9u, g9); }
+    if (TM > 80u) { store_group(10u, g10); }
+    if (TM > 88u) { store_group(11u, g11); }
     flush_rows();
 }

@@ -833,13 +833,14 @@ fn sibling_outputs_in_one_kernel() {
 /// with K % 8 == 0 load 8 values at a time (`matmul_direct_wide.wgsl`): B as [K, N] with
 /// N % 8 == 0 or as [N, K]; rows past whole tiles, column blocks with idle lanes,
 /// batches, one k-step and many, and epilogues. On hosts without AVX-512
-/// (`ShaderCaps::no_avx512`) products of 128 rows or more take 64-row tiles: the
-/// batch of 130 rows, the 256 rows and the epilogue over 256 rows (64 columns or more,
-/// or the thinner output would be computed as C^T).
+/// (`ShaderCaps::no_avx512`) products of 128 rows or more take tiles of up to 96 rows:
+/// 72 for the batch of 130 rows, 80 for the 256 rows and the epilogue over them, 96 for
+/// the 1,000 rows (64 columns or more, or the thinner output would be computed as C^T).
 #[test]
 fn wide_matmul_shapes() {
-    let cases: [(&[usize], &[usize], bool); 11] = [
+    let cases: [(&[usize], &[usize], bool); 12] = [
         (&[2, 130, 16], &[16, 72], false),
+        (&[1000, 8], &[8, 64], false),
         (&[256, 24], &[80, 24], true),
         (&[24, 16], &[16, 40], false),
         (&[2, 33, 64], &[64, 72], false),

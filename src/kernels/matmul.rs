@@ -702,29 +702,42 @@ fn subgroup_tiles(
 
 /// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
 /// (the block width that leaves the fewest columns idle), and TM a multiple of 8 up to
-/// 32, or up to 64 with `tall` for products of 128 rows or more (`TESSERA_MATMUL_ROWS`
-/// sets the limit, 8 to 64), lowered while the product would have fewer than 4
-/// workgroups. Each k-step loads B once per lane for all TM rows, so taller tiles load
-/// less, but LLVM compiles the 64-row kernel about 3x slower (Mesa's shader cache keeps it
-/// after the first run on a machine).
+/// 32, lowered while the product would have fewer than 4 workgroups.
+/// `TESSERA_MATMUL_ROWS` (8 to 96) sets the limit instead.
+///
+/// With `tall`, products of 128 rows or more take TM from 32 to 96 by [`tall_rows`].
+/// Each k-step loads B once per lane for all TM rows, so taller tiles load less, but
+/// LLVM compiles them slower (Mesa's shader cache keeps a kernel after its first run on
+/// a machine; MiniLM's batch of 32 compiled in about 8 s at 32 rows, 21 at 64, 30 at 88).
 /// - AVX-512 host, lavapipe: 1024^3 at 64 rows about 64 GFLOP/s against 55 with 32, but
 ///   MiniLM's batch of 32 slower (357-362 ms against 321-330), so 32 there.
-/// - AVX2 host (2-core Zen 3, `tall`): 1024^3 24.1-24.6 against 18.1-18.3 GFLOP/s,
-///   128x1536x384 22.8-23.6 against 17.4-17.7, MiniLM's batch of 32 x 22 tokens
-///   779-813 ms against 982-984.
+/// - AVX2 host (2-core Zen 3, `tall`): 1024^3 at 32, 64 and 96 rows 18.1-18.3,
+///   24.1-24.6 and 26.0-26.6 GFLOP/s; MiniLM's batch of 32 x 22 tokens (704 rows) at
+///   32, 64, 88 and 96 rows 982-984, 779-813, 720-726 and 770-776 ms.
 fn wide_tiles(m: usize, n: usize, batch: usize, tall: bool, src: &mut String) -> (usize, usize, usize, usize) {
     let idle = |lanes: usize| n.div_ceil(8 * lanes) * 8 * lanes - n;
     let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
     let col_groups = n.div_ceil(lanes * 8).max(1);
-    let rows = if tall && m >= 128 { 64 } else { 32 };
-    let cap =
-        std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(rows).clamp(8, 64);
-    let mut tm = m.next_multiple_of(8).min(cap / 8 * 8);
+    let forced = std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok());
+    let mut tm = match forced {
+        None if tall && m >= 128 => tall_rows(m),
+        _ => m.next_multiple_of(8).min(forced.unwrap_or(32).clamp(8, 96) / 8 * 8),
+    };
     while tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
         tm -= 8;
     }
     src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
     (tm, 8, tm, lanes * 8)
+}
+
+/// Rows per workgroup of a tall wide matmul over `m` rows: the multiple of 8 from 32 to
+/// 96 that minimises `blocks x (TM + 32)`, the taller on a tie. Per k-step a block costs
+/// its 8 loads of B, about 32 rows' worth of work, plus its rows (fitted to the AVX2
+/// host's times at 32 and 64 rows; it predicts 9% and 10% from 64 to 96 rows at 1024^3
+/// and to 88 at 704 rows, measured 8% and 9%). Whole blocks matter: 704 rows take 8 of
+/// 88, where 96 would pad them to 768.
+fn tall_rows(m: usize) -> usize {
+    (4..=12).map(|g| 8 * g).min_by_key(|&t| (m.div_ceil(t) * (t + 32), usize::MAX - t)).unwrap_or(32)
 }
 
 /// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.
@@ -929,4 +942,14 @@ fn render_gemv(
     let label = format!("gemv_{}_{}x{}", b.dtype(), tm, cols * cpl);
     // Row and column indices clamped, blocks within each clamped row, stores guarded.
     product_spec(root, label, src, meta, (a, b), [n.div_ceil(cols * cpl), m.div_ceil(tm), batch], caps)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tall_tiles_take_whole_blocks() {
+        for (m, tm) in [(128, 64), (130, 72), (256, 88), (704, 88), (1000, 96), (1024, 96), (5000, 96)] {
+            assert_eq!(super::tall_rows(m), tm, "{m} rows");
+        }
+    }
 }

@@ -132,8 +132,8 @@ pub fn covering_graphs() -> Vec<Tensor> {
         (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
         // Wide matmuls (f32, K % 8 == 0, more than 8 rows): B [K, N] and [N, K].
         Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 128], [8, 16], &d)),
-        // 64 rows per workgroup where the host lacks AVX-512 (`ShaderCaps::no_avx512`).
-        Tensor::from_slice(&[0.5f32; 2048], [256, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 512], [8, 64], &d)),
+        // 96 rows per workgroup where the host lacks AVX-512 (`ShaderCaps::no_avx512`).
+        Tensor::from_slice(&[0.5f32; 8192], [1024, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 512], [8, 64], &d)),
         (Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 160], [20, 8], &d).t())
             + 1.0)
             .relu(),
