@@ -881,6 +881,59 @@ fn wide_matmul_shapes() {
     });
 }
 
+/// On CPU adapters the wide matmul reads its operands from textures
+/// (`ShaderCaps::texture_rows`), or from storage buffers with
+/// `DeviceOptions::texture_operands` off: both against the reference, each with the kernel
+/// the profiler names. Operands within one texture row, over whole rows and a partial
+/// one (1,024 texels a row: A of 1,000 x 8 holds one row and 976 texels, of 100 x 256
+/// six rows and 256), a batched A, a batched B^T read at per-batch offsets, and an
+/// epilogue.
+#[test]
+fn wide_matmul_from_textures_and_buffers() {
+    use common::{assert_close, private_gpu};
+    let cases: [(&[usize], &[usize], bool); 5] = [
+        (&[1000, 8], &[8, 64], false),
+        (&[100, 256], &[256, 136], false),
+        (&[2, 130, 16], &[16, 72], false),
+        (&[3, 17, 16], &[3, 40, 16], true),
+        (&[129, 32], &[200, 32], true),
+    ];
+    for textures in [true, false] {
+        let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
+        let Some(dev) = private_gpu(opts) else { return };
+        let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
+        let expect = match (cpu_adapter, textures) {
+            (false, _) => None,
+            (true, true) => Some("matmul_direct8tex_f32"),
+            (true, false) => Some("matmul_direct8sg_f32"),
+        };
+        for (k, (a, b, trans_b)) in cases.iter().enumerate() {
+            let build = |d: &Device| {
+                let x = rand_t(a, 160 + k as u64, -1.0, 1.0, d);
+                let y = rand_t(b, 180 + k as u64, -1.0, 1.0, d);
+                let y = if *trans_b { y.transpose(-1, -2) } else { y };
+                let n = b[if *trans_b { b.len() - 2 } else { b.len() - 1 }];
+                let bias = rand_t(&[n], 200 + k as u64, -1.0, 1.0, d);
+                vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu()]
+            };
+            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+            tessera::profile::start();
+            let got = tessera::read_all_blocking(&build(&dev));
+            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+            let name = format!("wide matmul {a:?} @ {b:?}, textures {textures}");
+            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let tol = Tol::for_dtype(DType::F32).scaled(a[a.len() - 1]);
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{name}, output {o}"), g, w, tol);
+            }
+            if let Some(l) = expect {
+                let ran = labels.iter().filter(|x| x.starts_with(l)).count();
+                assert!(ran >= 1, "{name}: expected a kernel named {l}: {labels:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide

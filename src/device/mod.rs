@@ -129,6 +129,10 @@ pub struct DeviceOptions {
     /// megabytes of machine code per pipeline, so a process that builds ever new graphs
     /// would otherwise grow without end.
     pub max_pipelines: Option<usize>,
+    /// Read the f32 wide matmul's operands from textures on CPU adapters
+    /// (`ShaderCaps::texture_rows`): `None` takes `TESSERA_TEXTURE_OPERANDS=1|0`, else on
+    /// wherever wide loads are.
+    pub texture_operands: Option<bool>,
 }
 
 /// The pipelines a device keeps by default ([`DeviceOptions::max_pipelines`]); a model
@@ -188,6 +192,7 @@ impl DeviceOptions {
             invalid_kernel_for_testing: None,
             max_binding_size: env("TESSERA_MAX_BINDING_SIZE").as_deref().and_then(parse_bytes),
             max_pipelines: env("TESSERA_MAX_PIPELINES").and_then(|v| v.trim().parse().ok()),
+            texture_operands: None,
         }
     }
 }

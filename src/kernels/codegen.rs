@@ -1057,6 +1057,7 @@ impl<'a> Gen<'a> {
             alias: None,
             extra_outputs: Vec::new(),
             extra_aliases: Vec::new(),
+            textured: 0,
         }
     }
 

@@ -411,12 +411,23 @@ pub fn render(
         && k % 8 == 0
         && (trans_b || n % 8 == 0)
         && std::env::var("TESSERA_MATMUL_WIDE").as_deref() != Ok("0");
+    // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`):
+    // every binding's bytes in whole texels and within the texture's rows.
+    let textured = wide
+        && [&a, &b].iter().all(|t| {
+            let bytes = t.storage_bytes();
+            bytes > 0 && bytes % 16 == 0 && bytes / 16 <= u64::from(super::TEXTURE_WIDTH) * u64::from(caps.texture_rows)
+        });
     // The 128x128 tiles of `matmul_vec4_128.wgsl` where the tuner chose them (large
     // products on discrete GPUs).
     let big = !caps.direct_matmul && vec4 && caps.matmul_tile == (8, 8) && m >= 128 && n >= 128 && big_tiles();
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         let binding = 2 + i as u32;
         let var = format!("in_{name}");
+        if textured {
+            src.push_str(&texture_ld8(binding, &var, &format!("ld8_{name}")));
+            continue;
+        }
         if wide {
             src.push_str(&format!(
                 "@group(0) @binding({binding}) var<storage, read> {var}: array<vec4<u64>>;\n\
@@ -490,6 +501,7 @@ pub fn render(
     });
     let layout = format!("{}{}", if trans_a { "t" } else { "n" }, if trans_b { "t" } else { "n" });
     let kind = match (caps.direct_matmul, vec4) {
+        (true, true) if textured => "direct8tex_",
         (true, true) if wide => "direct8sg_",
         (true, true) if subgroup => "direct4sg_",
         (true, true) => "direct4_",
@@ -508,7 +520,24 @@ pub fn render(
     if splittable {
         spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
     }
+    if textured {
+        spec.textured = 0b11;
+    }
     Ok(with_store(spec, st))
+}
+
+/// `fn {ld8}(q: u32) -> Oct`: the `q`-th 8 floats of binding `binding`, an `rgba32float`
+/// texture holding the binding's bytes [`TEXTURE_WIDTH`](super::TEXTURE_WIDTH) texels a
+/// row (`ShaderCaps::texture_rows`). Two texels in the same row, since the width is even.
+fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
+    const _: () = assert!(super::TEXTURE_WIDTH.is_power_of_two());
+    let (mask, shift) = (super::TEXTURE_WIDTH - 1, super::TEXTURE_WIDTH.trailing_zeros());
+    format!(
+        "@group(0) @binding({binding}) var {var}: texture_2d<f32>;\n\
+         fn {ld8}(q: u32) -> Oct {{\n    \
+         let t = vec2<u32>((2u * q) & {mask}u, (2u * q) >> {shift}u);\n    \
+         return Oct(textureLoad({var}, t, 0), textureLoad({var}, t + vec2<u32>(1u, 0u), 0));\n}}\n"
+    )
 }
 
 /// `store_c4` as four `store_c`s, for a C not bound as quads.

@@ -136,7 +136,18 @@ pub struct ShaderCaps {
     /// transcendental load quads (`elementwise::suits`), and tiles past 32 rows did not
     /// speed up MiniLM's batches.
     pub no_avx512: bool,
+    /// With `wide_loads`, the rows of the `rgba32float` textures that may hold a wide
+    /// matmul's operands (0: none). Lavapipe fetches texels without the loop over SIMD
+    /// lanes that each storage load runs, so the executor copies A and B into textures
+    /// [`TEXTURE_WIDTH`] texels wide (a binding's bytes in order) and the kernel reads
+    /// them with `textureLoad` (`KernelSpec::textured`). The adapter's largest 2D
+    /// texture dimension.
+    pub texture_rows: u32,
 }
+
+/// Texels per row of an operand held in a texture (`ShaderCaps::texture_rows`): 4,096
+/// floats, so a row is 16 KiB, a multiple of the 256 bytes a copy's row pitch needs.
+pub const TEXTURE_WIDTH: u32 = 1024;
 
 /// A bounds check a kernel performs on data-dependent indices (gather, index_select).
 /// The kernel writes `status[2k] = 1` and `status[2k+1] = bad index` on failure.
@@ -197,6 +208,10 @@ pub struct KernelSpec {
     /// For further row writes (empty otherwise): the table each of `extra_outputs`
     /// writes in place, as [`alias`](Self::alias) does for the output.
     pub extra_aliases: Vec<Tensor>,
+    /// Inputs bound as `rgba32float` textures, one bit per input (bit k: binding
+    /// `2 + k`): the executor copies the binding's bytes into a texture
+    /// [`TEXTURE_WIDTH`] texels wide, row after row (`ShaderCaps::texture_rows`).
+    pub textured: u32,
 }
 
 /// How a matrix product splits by rows: the meta slot holding M, the elements of one
@@ -272,6 +287,7 @@ impl KernelSpec {
             alias: None,
             extra_outputs: Vec::new(),
             extra_aliases: Vec::new(),
+            textured: 0,
         }
     }
 }

@@ -6,9 +6,10 @@
 use super::{KernelSpec, ShaderCaps};
 use crate::{DType, Device, Result, Tensor};
 
-/// The two storage conventions for f16, both matmul families, and (with a zero binding
-/// limit) the windowed forms of element-wise kernels and reductions.
-pub fn all_caps() -> [ShaderCaps; 12] {
+/// The two storage conventions for f16, both matmul families, (with a zero binding
+/// limit) the windowed forms of element-wise kernels and reductions, and wide loads
+/// with and without operand textures.
+pub fn all_caps() -> [ShaderCaps; 13] {
     let caps = |native_f16, direct_matmul, matmul_tile, max_binding| ShaderCaps {
         native_f16,
         max_workgroups: 65535,
@@ -20,6 +21,7 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         subgroup_min: 0,
         wide_loads: false,
         no_avx512: false,
+        texture_rows: 0,
     };
     [
         caps(true, false, (4, 4), 1 << 30),
@@ -34,6 +36,13 @@ pub fn all_caps() -> [ShaderCaps; 12] {
         ShaderCaps { tiled_vec4: true, ..caps(false, false, (8, 8), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, ..caps(true, true, (8, 4), 1 << 30) },
         ShaderCaps { subgroup_min: 8, wide_loads: true, no_avx512: true, ..caps(false, true, (8, 2), 1 << 30) },
+        ShaderCaps {
+            subgroup_min: 8,
+            wide_loads: true,
+            no_avx512: true,
+            texture_rows: 16384,
+            ..caps(true, true, (8, 4), 1 << 30)
+        },
     ]
 }
 
@@ -479,10 +488,15 @@ mod tests {
                 .all(|w| wide.iter().any(|s| s.source.contains(w)))
                 && wide.iter().any(|s| !s.extra_outputs.is_empty());
             assert_eq!(covered, caps.wide_loads, "wide element-wise kernels are covered where the caps allow them");
-            let wide_mm = ["matmul_direct8sg_f32_8x64_nn", "matmul_direct8sg_f32_8x64_nt"]
-                .iter()
-                .all(|l| specs.iter().any(|s| s.label.starts_with(l)));
-            assert_eq!(wide_mm, caps.wide_loads, "wide matmuls are covered where the caps allow them");
+            let wide_mm = |kind: &str| {
+                ["nn", "nt"]
+                    .iter()
+                    .all(|l| specs.iter().any(|s| s.label.starts_with(&format!("matmul_{kind}_f32_8x64_{l}"))))
+            };
+            let textured = caps.texture_rows > 0;
+            assert_eq!(wide_mm("direct8sg"), caps.wide_loads && !textured, "wide matmuls are covered");
+            assert_eq!(wide_mm("direct8tex"), textured, "wide matmuls reading textures are covered");
+            assert!(specs.iter().all(|s| (s.textured != 0) == s.label.contains("direct8tex")), "textured kernels");
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();

@@ -3,7 +3,7 @@
 
 use super::pool::{BufferPool, PooledBuffer};
 use crate::device::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
-use crate::kernels::ShaderCaps;
+use crate::kernels::{ShaderCaps, TEXTURE_WIDTH};
 use crate::stats::{Counter, Counters};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -289,6 +289,13 @@ impl GpuContext {
             && !cfg!(target_arch = "wasm32")
             && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
         ctx.caps.no_avx512 = ctx.caps.wide_loads && !host_has_avx512();
+        // Lavapipe fetches texels without its loop over the SIMD lanes: the wide matmul
+        // reads operands copied into textures (2-core Zen 3, 704x1536x384 with the
+        // copies: 20 against 44 GFLOP/s in the kernel lab).
+        let textures = switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true);
+        if ctx.caps.wide_loads && textures && ctx.device.limits().max_texture_dimension_2d >= TEXTURE_WIDTH {
+            ctx.caps.texture_rows = ctx.device.limits().max_texture_dimension_2d;
+        }
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
         // which naga's front-end (and so wgpu's native path) refuses.
         let c = &ctx.info.capabilities;
@@ -331,6 +338,7 @@ impl GpuContext {
                 subgroup_min: 0,
                 wide_loads: false,
                 no_avx512: false,
+                texture_rows: 0,
             },
             info: DeviceInfo {
                 name: "wgpu device".into(),

@@ -7,10 +7,10 @@
 //! `Error::Limit` naming the kernel.
 
 use super::plan;
-use super::pool::PooledBuffer;
+use super::pool::{PooledBuffer, PooledTexture};
 use super::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::{Device, Storage};
-use crate::kernels::{plan_kernels, KernelSpec};
+use crate::kernels::{plan_kernels, KernelSpec, TEXTURE_WIDTH};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
@@ -97,6 +97,53 @@ fn row_dispatches(
         lo = hi;
     }
     Some(Ok(out))
+}
+
+/// Copy bytes `off .. off + size` of `buffer` into an operand texture for a
+/// `KernelSpec::textured` binding, row after row of [`TEXTURE_WIDTH`] texels: the whole
+/// rows in one copy, the texels left in a second. The texture comes from `local` (this
+/// submit's textures whose kernels are encoded) or the pool.
+fn stage_texture(
+    ctx: &GpuContext,
+    encoder: &mut wgpu::CommandEncoder,
+    local: &mut Vec<PooledTexture>,
+    buffer: &wgpu::Buffer,
+    (off, size): (u64, u64),
+) -> Result<PooledTexture> {
+    let width = u64::from(TEXTURE_WIDTH);
+    let texels = size / 16;
+    let rows = texels.div_ceil(width);
+    if size % 16 != 0 || off % 16 != 0 || rows == 0 || rows > u64::from(ctx.caps.texture_rows) {
+        return Err(Error::Gpu {
+            context: "operand texture".into(),
+            message: format!("bytes {off}..{} are not whole texels within {} rows", off + size, ctx.caps.texture_rows),
+        });
+    }
+    let fits = |t: &PooledTexture| u64::from(t.rows()) >= rows && u64::from(t.rows()) <= 2 * rows;
+    let texture = match local.iter().position(fits) {
+        Some(p) => local.swap_remove(p),
+        None => ctx.pool.texture(&ctx.device, rows as u32, ctx.caps.texture_rows)?,
+    };
+    let (full, rest) = ((texels / width) as u32, (texels % width) as u32);
+    let from = |offset| wgpu::TexelCopyBufferInfo {
+        buffer,
+        layout: wgpu::TexelCopyBufferLayout { offset, bytes_per_row: Some(TEXTURE_WIDTH * 16), rows_per_image: None },
+    };
+    let to = |y| wgpu::TexelCopyTextureInfo {
+        texture: texture.texture(),
+        mip_level: 0,
+        origin: wgpu::Origin3d { x: 0, y, z: 0 },
+        aspect: wgpu::TextureAspect::All,
+    };
+    if full > 0 {
+        let extent = wgpu::Extent3d { width: TEXTURE_WIDTH, height: full, depth_or_array_layers: 1 };
+        encoder.copy_buffer_to_texture(from(off), to(0), extent);
+    }
+    if rest > 0 {
+        let extent = wgpu::Extent3d { width: rest, height: 1, depth_or_array_layers: 1 };
+        encoder.copy_buffer_to_texture(from(off + u64::from(full) * width * 16), to(full), extent);
+    }
+    Ok(texture)
 }
 
 /// Split every kernel into its dispatches, or fail with `Error::Limit` naming the kernel
@@ -381,6 +428,8 @@ pub(crate) async fn run(
     let target_ids: Vec<u64> = targets.iter().map(|t| t.id()).collect();
     let mut produced: HashMap<u64, Arc<PooledBuffer>> = HashMap::new();
     let mut local_free: Vec<Arc<PooledBuffer>> = Vec::new();
+    // Operand textures of kernels already encoded, free for later kernels of this submit.
+    let mut local_textures: Vec<PooledTexture> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
     // Each newly compiled kernel's own validation scope, popped right after compiling.
@@ -460,15 +509,25 @@ pub(crate) async fn run(
             };
             let (off, size) = meta_at[meta_index + c];
             let layout = pipeline.get_bind_group_layout(0);
+            // Inputs bound as textures: their bytes copied in first.
+            let mut textures = Vec::new();
+            for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
+                if s.textured >> k & 1 == 1 {
+                    let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range)?;
+                    let view = t.texture().create_view(&wgpu::TextureViewDescriptor::default());
+                    textures.push((k, t, view));
+                }
+            }
             let mut entries = vec![
                 wgpu::BindGroupEntry { binding: 0, resource: binding(meta_buf.buffer(), off, size) },
                 wgpu::BindGroupEntry { binding: 1, resource: binding(out.buffer(), d.out.0, d.out.1) },
             ];
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
-                entries.push(wgpu::BindGroupEntry {
-                    binding: 2 + k as u32,
-                    resource: binding(b.buffer(), range.0, range.1),
-                });
+                let resource = match textures.iter().find(|t| t.0 == k) {
+                    Some((_, _, view)) => wgpu::BindingResource::TextureView(view),
+                    None => binding(b.buffer(), range.0, range.1),
+                };
+                entries.push(wgpu::BindGroupEntry { binding: 2 + k as u32, resource });
             }
             for (e, (b, t)) in extra.iter().zip(&s.extra_outputs).enumerate() {
                 entries.push(wgpu::BindGroupEntry {
@@ -503,6 +562,8 @@ pub(crate) async fn run(
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
             dispatched += 1;
+            drop(pass);
+            local_textures.extend(textures.into_iter().map(|(_, t, _)| t));
         }
         meta_index += chunks.len();
         produced.insert(s.output.id(), out);
@@ -569,6 +630,7 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Kernels, dispatched);
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
+    drop(local_textures);
     drop(sink_meta);
 
     // Pop both scopes before awaiting either: on the web, error scopes are a per-device

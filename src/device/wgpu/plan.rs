@@ -39,6 +39,7 @@ struct CachedKernel {
     alias: Option<usize>,
     extra_outputs: Vec<usize>,
     extra_aliases: Vec<usize>,
+    textured: u32,
 }
 
 struct CachedPlan {
@@ -113,6 +114,7 @@ impl PlanCache {
                 alias: k.alias.map(|a| sig.nodes[a].clone()),
                 extra_outputs: k.extra_outputs.iter().map(|&i| sig.nodes[i].clone()).collect(),
                 extra_aliases: k.extra_aliases.iter().map(|&i| sig.nodes[i].clone()).collect(),
+                textured: k.textured,
             });
         }
         Some(out)
@@ -162,6 +164,7 @@ impl PlanCache {
                 alias,
                 extra_outputs,
                 extra_aliases,
+                textured: s.textured,
             });
         }
         if let Ok(mut m) = self.plans.lock() {

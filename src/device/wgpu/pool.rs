@@ -1,5 +1,7 @@
-//! The buffer pool: device buffers in size classes, reused once their holder drops them.
+//! The buffer pool: device buffers in size classes, reused once their holder drops them;
+//! and the operand textures of `KernelSpec::textured` kernels, in classes of rows.
 
+use crate::kernels::TEXTURE_WIDTH;
 use crate::stats::Counters;
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -21,6 +23,8 @@ pub fn size_class(bytes: u64) -> u64 {
 
 pub(crate) struct PoolInner {
     free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    /// Free operand textures by rows ([`TEXTURE_WIDTH`] texels each).
+    free_textures: Mutex<HashMap<u32, Vec<wgpu::Texture>>>,
     pub(crate) counters: Arc<Counters>,
     /// Bytes of device buffers this pool holds (in use and free).
     held: AtomicU64,
@@ -59,6 +63,53 @@ impl Drop for PooledBuffer {
     }
 }
 
+/// Bytes of one texture row: [`TEXTURE_WIDTH`] `rgba32float` texels.
+const TEXTURE_ROW_BYTES: u64 = TEXTURE_WIDTH as u64 * 16;
+
+/// Round a texture's rows up to its class: 1, 2, then powers of two and 1.5x powers
+/// of two, at most `max`.
+fn rows_class(rows: u32, max: u32) -> u32 {
+    let p = rows.max(1).next_power_of_two();
+    let mid = p / 4 * 3;
+    (if rows <= 2 {
+        rows.max(1)
+    } else if rows <= mid {
+        mid
+    } else {
+        p
+    })
+    .min(max)
+}
+
+/// A pooled operand texture; dropping it returns it to its pool.
+pub(crate) struct PooledTexture {
+    texture: Option<wgpu::Texture>,
+    rows: u32,
+    pool: Arc<PoolInner>,
+}
+
+impl PooledTexture {
+    pub fn texture(&self) -> &wgpu::Texture {
+        self.texture.as_ref().expect("pooled texture present until drop")
+    }
+
+    /// Its rows (its class).
+    pub fn rows(&self) -> u32 {
+        self.rows
+    }
+}
+
+impl Drop for PooledTexture {
+    fn drop(&mut self) {
+        if let Some(t) = self.texture.take() {
+            self.pool.counters.in_use(-((u64::from(self.rows) * TEXTURE_ROW_BYTES) as i64));
+            if let Ok(mut free) = self.pool.free_textures.lock() {
+                free.entry(self.rows).or_default().push(t);
+            }
+        }
+    }
+}
+
 /// Buffers by (usage, size class).
 #[derive(Clone)]
 pub(crate) struct BufferPool(pub Arc<PoolInner>);
@@ -67,6 +118,7 @@ impl BufferPool {
     pub fn new(counters: Arc<Counters>) -> Self {
         BufferPool(Arc::new(PoolInner {
             free: Mutex::new(HashMap::new()),
+            free_textures: Mutex::new(HashMap::new()),
             counters,
             held: AtomicU64::new(0),
             limit: AtomicU64::new(0),
@@ -99,24 +151,12 @@ impl BufferPool {
             None => {
                 // Readback staging (host-visible, transient) is outside the budget, so
                 // tensors already on the device stay readable when the budget is spent.
-                let limit = self.0.limit.load(Ordering::Relaxed);
                 let budgeted = !usage.contains(wgpu::BufferUsages::MAP_READ);
-                if budgeted && limit > 0 && self.held() + class > limit {
-                    self.trim();
-                    let held = self.held();
-                    if held + class > limit {
-                        return Err(Error::OutOfMemory {
-                            context: format!("a {bytes}-byte buffer over the device's {limit}-byte memory budget:"),
-                            requested: class,
-                            available: Some(limit.saturating_sub(held)),
-                        });
-                    }
+                if budgeted {
+                    self.reserve(class, &format!("a {bytes}-byte buffer"))?;
                 }
                 self.0.counters.add(crate::stats::Counter::Buffers, 1);
                 self.0.counters.allocated(class as i64);
-                if budgeted {
-                    self.0.held.fetch_add(class, Ordering::Relaxed);
-                }
                 device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("tessera"),
                     size: class,
@@ -129,15 +169,73 @@ impl BufferPool {
         Ok(PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: false })
     }
 
+    /// Count `class` more bytes as held, first releasing free buffers and textures when
+    /// that would pass the memory budget; past it even then, `Error::OutOfMemory`
+    /// naming `what`.
+    fn reserve(&self, class: u64, what: &str) -> Result<()> {
+        let limit = self.0.limit.load(Ordering::Relaxed);
+        if limit > 0 && self.held() + class > limit {
+            self.trim();
+            let held = self.held();
+            if held + class > limit {
+                return Err(Error::OutOfMemory {
+                    context: format!("{what} over the device's {limit}-byte memory budget:"),
+                    requested: class,
+                    available: Some(limit.saturating_sub(held)),
+                });
+            }
+        }
+        self.0.held.fetch_add(class, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// An `rgba32float` texture [`TEXTURE_WIDTH`] texels wide with at least `rows` rows
+    /// (at most `max_rows`), for operands copied in (`TEXTURE_BINDING | COPY_DST`); from
+    /// the free list or newly created, within the memory budget as buffers are.
+    pub fn texture(&self, device: &wgpu::Device, rows: u32, max_rows: u32) -> Result<PooledTexture> {
+        let class = rows_class(rows, max_rows);
+        let bytes = u64::from(class) * TEXTURE_ROW_BYTES;
+        let reused = self.0.free_textures.lock().ok().and_then(|mut f| f.get_mut(&class).and_then(|v| v.pop()));
+        let texture = match reused {
+            Some(t) => t,
+            None => {
+                self.reserve(bytes, &format!("a {rows}-row operand texture"))?;
+                self.0.counters.add(crate::stats::Counter::Buffers, 1);
+                self.0.counters.allocated(bytes as i64);
+                device.create_texture(&wgpu::TextureDescriptor {
+                    label: Some("tessera operand"),
+                    size: wgpu::Extent3d { width: TEXTURE_WIDTH, height: class, depth_or_array_layers: 1 },
+                    mip_level_count: 1,
+                    sample_count: 1,
+                    dimension: wgpu::TextureDimension::D2,
+                    format: wgpu::TextureFormat::Rgba32Float,
+                    usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+                    view_formats: &[],
+                })
+            }
+        };
+        self.0.counters.in_use(bytes as i64);
+        Ok(PooledTexture { texture: Some(texture), rows: class, pool: self.0.clone() })
+    }
+
     /// An application's buffer, used in place and never pooled, counted or destroyed.
     pub fn borrow(&self, buffer: wgpu::Buffer) -> PooledBuffer {
         let (class, usage) = (buffer.size(), buffer.usage());
         PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: true }
     }
 
-    /// Destroy every free buffer; returns the bytes released.
+    /// Destroy every free buffer and texture; returns the bytes released.
     pub fn trim(&self) -> u64 {
         let (mut freed, mut budgeted) = (0, 0);
+        if let Ok(mut f) = self.0.free_textures.lock() {
+            for (rows, textures) in f.drain() {
+                for t in textures {
+                    t.destroy();
+                    freed += u64::from(rows) * TEXTURE_ROW_BYTES;
+                    budgeted += u64::from(rows) * TEXTURE_ROW_BYTES;
+                }
+            }
+        }
         if let Ok(mut f) = self.0.free.lock() {
             for ((usage, class), bufs) in f.drain() {
                 let in_budget = !wgpu::BufferUsages::from_bits_truncate(usage).contains(wgpu::BufferUsages::MAP_READ);
@@ -166,5 +264,14 @@ mod tests {
             assert!(c <= b.max(256) * 2, "{b} -> {c}");
         }
         assert_eq!(size_class(3000), 3072);
+    }
+
+    #[test]
+    fn texture_row_classes_cover_and_stop_at_the_limit() {
+        use super::rows_class;
+        let got: Vec<u32> = [0, 1, 2, 3, 4, 5, 7, 100, 16384].iter().map(|&r| rows_class(r, 16384)).collect();
+        assert_eq!(got, [1, 1, 2, 3, 4, 6, 8, 128, 16384]);
+        assert_eq!(rows_class(13000, 16384), 16384);
+        assert_eq!(rows_class(16000, 12000), 12000);
     }
 }
