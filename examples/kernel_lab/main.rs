@@ -150,9 +150,12 @@ fn run() -> Result<(), String> {
         (t, v, w, h)
     };
     let tex_a = num("--tex-a", "0")?;
+    let tex_b = num("--tex-b", "0")?;
     let tex_out = num("--tex-out", "0")?;
     let ta =
         (tex_a > 0).then(|| tex(tex_a, a.len(), wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST));
+    let tb = (tex_b > 0)
+        .then(|| tex(tex_b, b_stored.len(), wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST));
     let tc = (tex_out > 0).then(|| {
         tex(tex_out, cbytes as usize / 4, wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_SRC)
     });
@@ -175,7 +178,13 @@ fn run() -> Result<(), String> {
                     None => abuf.as_entire_binding(),
                 },
             },
-            wgpu::BindGroupEntry { binding: 3, resource: bbuf.as_entire_binding() },
+            wgpu::BindGroupEntry {
+                binding: 3,
+                resource: match &tb {
+                    Some(t) => wgpu::BindingResource::TextureView(&t.1),
+                    None => bbuf.as_entire_binding(),
+                },
+            },
         ],
     });
     let groups = match arg(&args, "--groups", "").split(',').map(|g| g.parse::<u32>()).collect::<Vec<_>>()[..] {
@@ -184,10 +193,12 @@ fn run() -> Result<(), String> {
     };
     let run = |copy: bool| {
         let mut enc = device.create_command_encoder(&Default::default());
-        if let Some((t, _, w, h)) = &ta {
+        for (t, w, h, buf) in
+            ta.iter().map(|t| (&t.0, t.2, t.3, &abuf)).chain(tb.iter().map(|t| (&t.0, t.2, t.3, &bbuf)))
+        {
             enc.copy_buffer_to_texture(
                 wgpu::TexelCopyBufferInfo {
-                    buffer: &abuf,
+                    buffer: buf,
                     layout: wgpu::TexelCopyBufferLayout {
                         offset: 0,
                         bytes_per_row: Some(w * 16),
@@ -195,7 +206,7 @@ fn run() -> Result<(), String> {
                     },
                 },
                 t.as_image_copy(),
-                wgpu::Extent3d { width: *w, height: *h, depth_or_array_layers: 1 },
+                wgpu::Extent3d { width: w, height: h, depth_or_array_layers: 1 },
             );
         }
         {
