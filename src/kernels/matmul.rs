@@ -411,9 +411,11 @@ pub fn render(
         && k % 8 == 0
         && (trans_b || n % 8 == 0)
         && std::env::var("TESSERA_MATMUL_WIDE").as_deref() != Ok("0");
-    // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`):
-    // every binding's bytes in whole texels and within the texture's rows.
+    // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`,
+    // native only: the npm package's size budget): every binding's bytes in whole texels
+    // and within the texture's rows.
     let textured = wide
+        && cfg!(not(target_arch = "wasm32"))
         && [&a, &b].iter().all(|t| {
             let bytes = t.storage_bytes();
             bytes > 0 && bytes % 16 == 0 && bytes / 16 <= u64::from(super::TEXTURE_WIDTH) * u64::from(caps.texture_rows)

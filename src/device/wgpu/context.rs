@@ -3,7 +3,7 @@
 
 use super::pool::{BufferPool, PooledBuffer};
 use crate::device::{AdapterDescription, Capabilities, DeviceInfo, DeviceOptions};
-use crate::kernels::{ShaderCaps, TEXTURE_WIDTH};
+use crate::kernels::ShaderCaps;
 use crate::stats::{Counter, Counters};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -292,8 +292,11 @@ impl GpuContext {
         // Lavapipe fetches texels without its loop over the SIMD lanes: the wide matmul
         // reads operands copied into textures (2-core Zen 3, 704x1536x384 with the
         // copies: 20 against 44 GFLOP/s in the kernel lab).
-        let textures = switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true);
-        if ctx.caps.wide_loads && textures && ctx.device.limits().max_texture_dimension_2d >= TEXTURE_WIDTH {
+        #[cfg(not(target_arch = "wasm32"))]
+        if ctx.caps.wide_loads
+            && switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)
+            && ctx.device.limits().max_texture_dimension_2d >= crate::kernels::TEXTURE_WIDTH
+        {
             ctx.caps.texture_rows = ctx.device.limits().max_texture_dimension_2d;
         }
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,

@@ -10,7 +10,7 @@ use super::plan;
 use super::pool::{PooledBuffer, PooledTexture};
 use super::{GpuContext, GpuStorage, PendingCheck, STORAGE};
 use crate::device::{Device, Storage};
-use crate::kernels::{plan_kernels, KernelSpec, TEXTURE_WIDTH};
+use crate::kernels::{plan_kernels, KernelSpec};
 use crate::stats::Counter;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
@@ -103,6 +103,7 @@ fn row_dispatches(
 /// `KernelSpec::textured` binding, row after row of [`TEXTURE_WIDTH`] texels: the whole
 /// rows in one copy, the texels left in a second. The texture comes from `local` (this
 /// submit's textures whose kernels are encoded) or the pool.
+#[cfg(not(target_arch = "wasm32"))]
 fn stage_texture(
     ctx: &GpuContext,
     encoder: &mut wgpu::CommandEncoder,
@@ -110,6 +111,7 @@ fn stage_texture(
     buffer: &wgpu::Buffer,
     (off, size): (u64, u64),
 ) -> Result<PooledTexture> {
+    use crate::kernels::TEXTURE_WIDTH;
     let width = u64::from(TEXTURE_WIDTH);
     let texels = size / 16;
     let rows = texels.div_ceil(width);
@@ -510,7 +512,10 @@ pub(crate) async fn run(
             let (off, size) = meta_at[meta_index + c];
             let layout = pipeline.get_bind_group_layout(0);
             // Inputs bound as textures: their bytes copied in first.
-            let mut textures = Vec::new();
+            #[cfg_attr(target_arch = "wasm32", allow(unused_mut))]
+            let mut textures: Vec<(usize, PooledTexture, wgpu::TextureView)> = Vec::new();
+            // (Native only: the npm package's size budget.)
+            #[cfg(not(target_arch = "wasm32"))]
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
                     let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range)?;

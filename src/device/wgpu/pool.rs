@@ -68,6 +68,7 @@ const TEXTURE_ROW_BYTES: u64 = TEXTURE_WIDTH as u64 * 16;
 
 /// Round a texture's rows up to its class: 1, 2, then powers of two and 1.5x powers
 /// of two, at most `max`.
+#[cfg(not(target_arch = "wasm32"))]
 fn rows_class(rows: u32, max: u32) -> u32 {
     let p = rows.max(1).next_power_of_two();
     let mid = p / 4 * 3;
@@ -89,11 +90,13 @@ pub(crate) struct PooledTexture {
 }
 
 impl PooledTexture {
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn texture(&self) -> &wgpu::Texture {
         self.texture.as_ref().expect("pooled texture present until drop")
     }
 
     /// Its rows (its class).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn rows(&self) -> u32 {
         self.rows
     }
@@ -192,6 +195,7 @@ impl BufferPool {
     /// An `rgba32float` texture [`TEXTURE_WIDTH`] texels wide with at least `rows` rows
     /// (at most `max_rows`), for operands copied in (`TEXTURE_BINDING | COPY_DST`); from
     /// the free list or newly created, within the memory budget as buffers are.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn texture(&self, device: &wgpu::Device, rows: u32, max_rows: u32) -> Result<PooledTexture> {
         let class = rows_class(rows, max_rows);
         let bytes = u64::from(class) * TEXTURE_ROW_BYTES;
@@ -227,6 +231,7 @@ impl BufferPool {
     /// Destroy every free buffer and texture; returns the bytes released.
     pub fn trim(&self) -> u64 {
         let (mut freed, mut budgeted) = (0, 0);
+        #[cfg(not(target_arch = "wasm32"))]
         if let Ok(mut f) = self.0.free_textures.lock() {
             for (rows, textures) in f.drain() {
                 for t in textures {
