@@ -20,13 +20,16 @@ pub struct Stats {
     pub plans_built: u64,
     /// Realisations that replayed a cached plan of the same graph structure.
     pub plans_replayed: u64,
-    /// Device buffers created (pool misses).
+    /// Device buffers created (pool misses), operand textures included
+    /// (`ShaderCaps::texture_rows`).
     pub buffers_allocated: u64,
-    /// Bytes of device buffers held by live tensors and running plans.
+    /// Bytes of device buffers (and operand textures) held by live tensors and running
+    /// plans.
     pub bytes_in_use: u64,
     /// The most `bytes_in_use` has been.
     pub peak_bytes: u64,
-    /// Bytes of every device buffer created and not yet destroyed, pooled ones included.
+    /// Bytes of every device buffer and operand texture created and not yet destroyed,
+    /// pooled ones included.
     pub bytes_allocated: u64,
 }
 

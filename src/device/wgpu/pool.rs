@@ -82,10 +82,10 @@ fn rows_class(rows: u32, max: u32) -> u32 {
     .min(max)
 }
 
-/// A pooled operand texture; dropping it returns it to its pool.
+/// A pooled operand texture; dropping it returns it to its pool (its height is its
+/// class of rows).
 pub(crate) struct PooledTexture {
     texture: Option<wgpu::Texture>,
-    rows: u32,
     pool: Arc<PoolInner>,
 }
 
@@ -98,16 +98,16 @@ impl PooledTexture {
     /// Its rows (its class).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn rows(&self) -> u32 {
-        self.rows
+        self.texture().height()
     }
 }
 
 impl Drop for PooledTexture {
     fn drop(&mut self) {
         if let Some(t) = self.texture.take() {
-            self.pool.counters.in_use(-((u64::from(self.rows) * TEXTURE_ROW_BYTES) as i64));
+            self.pool.counters.in_use(-((u64::from(t.height()) * TEXTURE_ROW_BYTES) as i64));
             if let Ok(mut free) = self.pool.free_textures.lock() {
-                free.entry(self.rows).or_default().push(t);
+                free.entry(t.height()).or_default().push(t);
             }
         }
     }
@@ -219,7 +219,7 @@ impl BufferPool {
             }
         };
         self.0.counters.in_use(bytes as i64);
-        Ok(PooledTexture { texture: Some(texture), rows: class, pool: self.0.clone() })
+        Ok(PooledTexture { texture: Some(texture), pool: self.0.clone() })
     }
 
     /// An application's buffer, used in place and never pooled, counted or destroyed.
