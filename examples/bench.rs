@@ -526,9 +526,14 @@ fn run() -> tessera::Result<()> {
     }
     rows.ratios(&args.devices.iter().cloned().chain(args.blas.iter().map(|_| "numpy".to_string())).collect::<Vec<_>>());
     if args.top {
-        println!("\ntop kernels by time:");
+        // The totals include each kernel's first (cold) call; the median per call does not.
+        let events = tessera::profile::events();
+        println!("\ntop kernels by time (total, calls, median per call):");
         for (name, ms, calls) in tessera::profile::top(10) {
-            println!("{ms:10.2} ms {calls:6}x  {name}");
+            let mut each: Vec<f64> = events.iter().filter(|e| e.label == name).map(|e| e.duration_us / 1e3).collect();
+            each.sort_by(f64::total_cmp);
+            let median = each.get(each.len() / 2).copied().unwrap_or(0.0);
+            println!("{ms:10.2} ms {calls:6}x {median:9.3} ms  {name}");
         }
     }
     Ok(())

@@ -935,6 +935,79 @@ fn wide_matmul_from_textures_and_buffers() {
 }
 
 #[test]
+fn row_kernels_and_attention_from_textures_and_buffers() {
+    // On CPU adapters the norms, softmax and attention read f32 quads from operand
+    // textures (`ShaderCaps::texture_rows`) unless told not to. Both paths against the
+    // reference: inputs within one texture row, and over several rows ending in a
+    // partial one (4,096 floats a row); attention by the per-query kernel (up to 24
+    // keys) and the wide one, with a mask and stored with its heads merged.
+    use common::{assert_close, private_gpu};
+    // (The profiler is shared with tests running beside this one, so each case looks for
+    // the kernel it expects, by name.)
+    type Build = fn(&Device) -> Vec<Tensor>;
+    let cases: [(&str, &str, Build); 6] = [
+        ("layer norm", "layer_norm_rows4", |d| {
+            let x = rand_t(&[3, 37, 12], 1, -2.0, 2.0, d);
+            let (w, b) = (rand_t(&[12], 2, -1.0, 1.0, d), rand_t(&[12], 3, -1.0, 1.0, d));
+            vec![
+                x.layer_norm(Some(&w), Some(&b), 1e-5),
+                rand_t(&[301, 64], 4, -2.0, 2.0, d).layer_norm(None, None, 1e-5),
+            ]
+        }),
+        ("rms norm", "rms_norm_rows4", |d| {
+            let w = rand_t(&[96], 5, -1.0, 1.0, d);
+            vec![rand_t(&[70, 96], 6, -2.0, 2.0, d).rms_norm(Some(&w), 1e-6)]
+        }),
+        ("softmax", "log_softmax_rows4", |d| {
+            let x = rand_t(&[5, 20], 7, -4.0, 4.0, d);
+            vec![x.softmax(-1), rand_t(&[130, 36], 8, -4.0, 4.0, d).log_softmax(-1)]
+        }),
+        ("attention, per query", "attention_f32_d16_mask_rows", |d| {
+            let q = rand_t(&[2, 3, 9, 16], 9, -1.0, 1.0, d);
+            let kv = rand_t(&[2, 3, 22, 16], 10, -1.0, 1.0, d);
+            let keep = rand_t(&[2, 1, 1, 22], 11, 0.0, 1.0, d).gt_scalar(0.3);
+            let a = Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), false);
+            vec![a.permute(&[0, 2, 1, 3]).reshape([2, 9, 48])]
+        }),
+        ("attention, wide", "attention_f32_d64_causal_wide", |d| {
+            let q = rand_t(&[1, 4, 40, 64], 12, -1.0, 1.0, d);
+            let kv = rand_t(&[1, 4, 70, 64], 13, -1.0, 1.0, d);
+            vec![Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, None, true)]
+        }),
+        ("attention, wide, masked", "attention_f32_d8_mask_wide", |d| {
+            let q = rand_t(&[2, 2, 5, 8], 14, -1.0, 1.0, d);
+            let kv = rand_t(&[2, 2, 30, 8], 15, -1.0, 1.0, d);
+            let keep = rand_t(&[2, 1, 1, 30], 16, 0.0, 1.0, d).gt_scalar(0.3);
+            vec![Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), false)]
+        }),
+    ];
+    for textures in [true, false] {
+        let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
+        let Some(dev) = private_gpu(opts) else { return };
+        let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
+        for (name, kernel, build) in cases {
+            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+            tessera::profile::start();
+            let got = tessera::read_all_blocking(&build(&dev));
+            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+            let name = format!("{name}, textures {textures}");
+            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{name}, output {o}"), g, w, Tol::for_dtype(DType::F32).scaled(64));
+            }
+            if cpu_adapter {
+                let ran = labels.iter().any(|l| l.starts_with(kernel) && l.contains("_tex") == textures);
+                assert!(
+                    ran,
+                    "{name}: expected {kernel}* {} textures: {labels:?}",
+                    if textures { "reading" } else { "without" }
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_shapes() {
     // Thin outputs (N < 64 < M) take the direct kernel's transposed-output path; wide
     // ones several column blocks; M = 1 the GEMV shape.

@@ -96,7 +96,14 @@ pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: 
     // 4-aligned f32 or f16 rows load a quad at a time (`quad_input`); otherwise four
     // guarded scalar loads.
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
+    let mut textured = 0u32;
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
+        if wide && k < 3 && super::texturable(t, caps) {
+            // From an operand texture where the adapter allows (`ShaderCaps::texture_rows`).
+            src.push_str(&super::texture_ld8(2 + k as u32, &format!("in{k}"), &format!("ld8_{name}")));
+            textured |= 1 << k;
+            continue;
+        }
         if wide && k < 3 {
             let (elem, body) = match qkv {
                 DType::F16 => (
@@ -115,7 +122,10 @@ pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: 
             continue;
         }
         if vec && k < 3 {
-            src.push_str(&super::quad_input(k, t.dtype()));
+            // From an operand texture where the adapter allows (`ShaderCaps::texture_rows`).
+            let (load, tex) = super::quad_input_or_texture(k, t, caps);
+            src.push_str(&load);
+            textured |= u32::from(tex) << k;
             src.push_str(&format!(
                 "fn ld_{name}4(base: u32, c: u32) -> vec4<f32> {{ return ld{k}q((base >> 2u) + c); }}\n"
             ));
@@ -183,8 +193,11 @@ pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: 
         return Err(Error::Limit { what: format!("{label}: workgroups"), needed: (gx * bh) as u64, limit: max as u64 });
     }
     let workgroups = if t == 0 || bh == 0 || d == 0 { [0, 1, 1] } else { [gx as u32, gy as u32, gz as u32] };
-    let label = if dst.is_some() { format!("{label}_moved") } else { label };
-    Ok(KernelSpec::hand_written(label, src, meta, inputs, moved.unwrap_or(root), workgroups, false))
+    let label =
+        format!("{label}{}{}", if textured != 0 { "_tex" } else { "" }, if dst.is_some() { "_moved" } else { "" });
+    let mut spec = KernelSpec::hand_written(label, src, meta, inputs, moved.unwrap_or(root), workgroups, false);
+    spec.textured = textured;
+    Ok(spec)
 }
 
 /// WGSL `bias_head_offset(bh, nb)`: where the bias of (batch, head) `bh` starts, from

@@ -414,12 +414,7 @@ pub fn render(
     // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`,
     // native only: the npm package's size budget): every binding's bytes in whole texels
     // and within the texture's rows.
-    let textured = wide
-        && cfg!(not(target_arch = "wasm32"))
-        && [&a, &b].iter().all(|t| {
-            let bytes = t.storage_bytes();
-            bytes > 0 && bytes % 16 == 0 && bytes / 16 <= u64::from(super::TEXTURE_WIDTH) * u64::from(caps.texture_rows)
-        });
+    let textured = wide && [&a, &b].iter().all(|t| super::texturable(t, caps));
     // The 128x128 tiles of `matmul_vec4_128.wgsl` where the tuner chose them (large
     // products on discrete GPUs).
     let big = !caps.direct_matmul && vec4 && caps.matmul_tile == (8, 8) && m >= 128 && n >= 128 && big_tiles();
@@ -427,7 +422,7 @@ pub fn render(
         let binding = 2 + i as u32;
         let var = format!("in_{name}");
         if textured {
-            src.push_str(&texture_ld8(binding, &var, &format!("ld8_{name}")));
+            src.push_str(&super::texture_ld8(binding, &var, &format!("ld8_{name}")));
             continue;
         }
         if wide {
@@ -526,20 +521,6 @@ pub fn render(
         spec.textured = 0b11;
     }
     Ok(with_store(spec, st))
-}
-
-/// `fn {ld8}(q: u32) -> Oct`: the `q`-th 8 floats of binding `binding`, an `rgba32float`
-/// texture holding the binding's bytes [`TEXTURE_WIDTH`](super::TEXTURE_WIDTH) texels a
-/// row (`ShaderCaps::texture_rows`). Two texels in the same row, since the width is even.
-fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
-    const _: () = assert!(super::TEXTURE_WIDTH.is_power_of_two());
-    let (mask, shift) = (super::TEXTURE_WIDTH - 1, super::TEXTURE_WIDTH.trailing_zeros());
-    format!(
-        "@group(0) @binding({binding}) var {var}: texture_2d<f32>;\n\
-         fn {ld8}(q: u32) -> Oct {{\n    \
-         let t = vec2<u32>((2u * q) & {mask}u, (2u * q) >> {shift}u);\n    \
-         return Oct(textureLoad({var}, t, 0), textureLoad({var}, t + vec2<u32>(1u, 0u), 0));\n}}\n"
-    )
 }
 
 /// `store_c4` as four `store_c`s, for a C not bound as quads.

@@ -490,6 +490,58 @@ pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
     s
 }
 
+/// Whether `t` may be bound as an operand texture on this adapter
+/// (`ShaderCaps::texture_rows`, native only: the npm package's size budget): f32, its
+/// bytes whole texels and within the texture's rows.
+pub(crate) fn texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
+    let bytes = t.storage_bytes();
+    cfg!(not(target_arch = "wasm32"))
+        && caps.texture_rows > 0
+        && t.dtype() == DType::F32
+        && bytes > 0
+        && bytes % 16 == 0
+        && bytes / 16 <= u64::from(TEXTURE_WIDTH) * u64::from(caps.texture_rows)
+}
+
+/// Binding `binding` as `var`, an operand texture (`KernelSpec::textured`), with
+/// `fn texel_{var}(q: u32) -> vec2<u32>`, the coordinates of its `q`-th 4 floats.
+pub(crate) fn texture_binding(binding: u32, var: &str) -> String {
+    const _: () = assert!(TEXTURE_WIDTH.is_power_of_two());
+    let (mask, shift) = (TEXTURE_WIDTH - 1, TEXTURE_WIDTH.trailing_zeros());
+    format!(
+        "@group(0) @binding({binding}) var {var}: texture_2d<f32>;
+         fn texel_{var}(q: u32) -> vec2<u32> {{
+    return vec2<u32>(q & {mask}u, q >> {shift}u);
+}}
+"
+    )
+}
+
+/// `fn {ld8}(q: u32) -> Oct`: the `q`-th 8 floats of binding `binding`, an operand
+/// texture ([`texture_binding`]). Two texels in the same row, since the width is
+/// even.
+pub(crate) fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
+    const _: () = assert!(TEXTURE_WIDTH % 2 == 0);
+    texture_binding(binding, var)
+        + &format!(
+            "fn {ld8}(q: u32) -> Oct {{\n    let t = texel_{var}(2u * q);\n    \
+             return Oct(textureLoad({var}, t, 0), textureLoad({var}, t + vec2<u32>(1u, 0u), 0));\n}}\n"
+        )
+}
+
+/// Input `k` read 4 values at a time, `fn ld{k}q(q: u32) -> vec4<f32>`: from an operand
+/// texture where [`texturable`] (then the caller sets bit `k` of `KernelSpec::textured`),
+/// else [`quad_input`]. Returns the source and whether the input is textured.
+pub(crate) fn quad_input_or_texture(k: usize, t: &Tensor, caps: &ShaderCaps) -> (String, bool) {
+    if !texturable(t, caps) {
+        return (quad_input(k, t.dtype()), false);
+    }
+    let var = format!("in{k}");
+    let src = texture_binding(2 + k as u32, &var)
+        + &format!("fn ld{k}q(q: u32) -> vec4<f32> {{\n    return textureLoad({var}, texel_{var}(q), 0);\n}}\n");
+    (src, true)
+}
+
 /// Input `k` (binding `2 + k`, f32 or f16) read 4 values at a time: [`quad_load`] as
 /// `in{k}` with `fn ld{k}q(q: u32) -> vec4<f32>`.
 pub(crate) fn quad_input(k: usize, dtype: DType) -> String {

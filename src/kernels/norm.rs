@@ -1,7 +1,7 @@
 //! Layer and RMS normalisation over the last axis (`Op::Norm`, `shaders/norm.wgsl`), with
 //! the affine weight and bias applied in the same kernel.
 
-use super::{fold_groups, header, header_with_out, quad_input, sources, KernelSpec, ShaderCaps};
+use super::{fold_groups, header, header_with_out, quad_input_or_texture, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
 use crate::{Result, Tensor};
 
@@ -22,8 +22,16 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     // lavapipe, layer norm over 1024 rows of 1024, two interleaved runs: 7.5 and 6.5 ->
     // 3.4 and 3.9 ms).
     let quads = per_row && d % 4 == 0;
+    // Quads come from operand textures where the adapter allows (`ShaderCaps::texture_rows`):
+    // lavapipe fetches a texel without the loop over SIMD lanes that a storage load runs.
+    let mut textured = 0u32;
     let (mut src, q) = if quads {
-        let loads: String = inputs.iter().enumerate().map(|(k, t)| quad_input(k, t.dtype())).collect();
+        let mut loads = String::new();
+        for (k, t) in inputs.iter().enumerate() {
+            let (load, tex) = quad_input_or_texture(k, t, caps);
+            loads.push_str(&load);
+            textured |= u32::from(tex) << k;
+        }
         (header_with_out(meta.len(), "vec4<f32>", f16_in, caps) + &loads, "q")
     } else {
         (header(meta.len(), root.dtype(), f16_in, caps) + &super::input_loads(&inputs, caps), "")
@@ -55,8 +63,11 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
         src.push_str(if shared { sources::NORM_STORE_SUBGROUP } else { sources::NORM_STORE });
     }
     let suffix = if shared { "_rows4_sg" } else { suffix };
-    let label = format!("{}{suffix}", if rms { "rms_norm" } else { "layer_norm" });
+    let tex = if textured != 0 { "_tex" } else { "" };
+    let label = format!("{}{suffix}{tex}", if rms { "rms_norm" } else { "layer_norm" });
     let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
-    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
+    let mut spec = KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false);
+    spec.textured = textured;
+    Ok(spec)
 }

@@ -3,7 +3,7 @@
 //! adapters (the direct-matmul choice) one invocation per row instead, without barriers
 //! (`shaders/softmax_rows.wgsl`).
 
-use super::{fold_groups, header, header_with_out, quad_input, sources, KernelSpec, ShaderCaps};
+use super::{fold_groups, header, header_with_out, quad_input_or_texture, sources, KernelSpec, ShaderCaps};
 use crate::graph::Op;
 use crate::{Result, Tensor};
 
@@ -45,8 +45,13 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     // Contiguous rows of a multiple of 4 values go a quad at a time (lavapipe, 1024 rows
     // of 1024, two interleaved runs: 9.3 and 7.8 -> 4.4 and 3.9 ms).
     let quads = per_row && inner == 1 && a.is_multiple_of(4);
+    // Quads come from an operand texture where the adapter allows
+    // (`ShaderCaps::texture_rows`): the row is read three times.
+    let mut textured = 0;
     let mut src = if quads {
-        header_with_out(meta.len(), "vec4<f32>", f16_in, caps) + &quad_input(0, inputs[0].dtype())
+        let (load, tex) = quad_input_or_texture(0, &inputs[0], caps);
+        textured = u32::from(tex);
+        header_with_out(meta.len(), "vec4<f32>", f16_in, caps) + &load
     } else {
         header(meta.len(), root.dtype(), f16_in, caps) + &super::input_loads(&inputs, caps)
     };
@@ -56,8 +61,11 @@ pub fn render(root: &Tensor, inputs: Vec<Tensor>, caps: &ShaderCaps) -> Result<K
     let (kernel, suffix) =
         row_variant(per_row, quads, [sources::SOFTMAX_ROWS_VEC4, sources::SOFTMAX_ROWS, sources::SOFTMAX]);
     src.push_str(kernel);
-    let label = format!("{}{suffix}", if log { "log_softmax" } else { "softmax" });
+    let tex = if textured != 0 { "_tex" } else { "" };
+    let label = format!("{}{suffix}{tex}", if log { "log_softmax" } else { "softmax" });
     let groups = if per_row { (rows as u64).div_ceil(lanes as u64) } else { rows as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
-    Ok(KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false))
+    let mut spec = KernelSpec::hand_written(label, src, meta, inputs, root, workgroups, false);
+    spec.textured = textured;
+    Ok(spec)
 }

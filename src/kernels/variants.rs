@@ -496,7 +496,22 @@ mod tests {
             let textured = caps.texture_rows > 0;
             assert_eq!(wide_mm("direct8sg"), caps.wide_loads && !textured, "wide matmuls are covered");
             assert_eq!(wide_mm("direct8tex"), textured, "wide matmuls reading textures are covered");
-            assert!(specs.iter().all(|s| (s.textured != 0) == s.label.contains("direct8tex")), "textured kernels");
+            assert!(
+                specs.iter().all(|s| (s.textured != 0) == (s.label.contains("direct8tex") || s.label.contains("_tex"))),
+                "textured kernels are named"
+            );
+            // Row kernels and attention read their f32 quads from textures too.
+            let tex_rows =
+                ["layer_norm_rows4_sg_tex", "log_softmax_rows4_tex", "attention_f32_d8_mask_rows_sg8_q1_tex"]
+                    .iter()
+                    .all(|l| specs.iter().any(|s| s.label.starts_with(l)))
+                    && specs.iter().any(|s| s.label.contains("_wide") && s.label.contains("_tex"));
+            assert_eq!(
+                tex_rows,
+                textured,
+                "row kernels and attention reading textures are covered: {:?}",
+                specs.iter().filter(|s| s.label.contains("_tex")).map(|s| &s.label).collect::<Vec<_>>()
+            );
             let packed_uses_f16 = specs.iter().any(|s| s.source.contains("enable f16"));
             assert_eq!(packed_uses_f16, caps.native_f16, "f16 storage convention");
             total += specs.len();
