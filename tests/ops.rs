@@ -890,6 +890,7 @@ fn wide_matmul_shapes() {
 /// epilogue.
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
+    // Operands and epilogue leaves (a bias and a residual) from textures or buffers.
     use common::{assert_close, private_gpu};
     let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1000, 8], &[8, 64], false),
@@ -914,7 +915,8 @@ fn wide_matmul_from_textures_and_buffers() {
                 let y = if *trans_b { y.transpose(-1, -2) } else { y };
                 let n = b[if *trans_b { b.len() - 2 } else { b.len() - 1 }];
                 let bias = rand_t(&[n], 200 + k as u64, -1.0, 1.0, d);
-                vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu()]
+                let res = rand_t(x.matmul(&y).dims(), 220 + k as u64, -1.0, 1.0, d);
+                vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu() + &res]
             };
             let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
             tessera::profile::start();
@@ -929,6 +931,14 @@ fn wide_matmul_from_textures_and_buffers() {
             if let Some(l) = expect {
                 let ran = labels.iter().filter(|x| x.starts_with(l)).count();
                 assert!(ran >= 1, "{name}: expected a kernel named {l}: {labels:?}");
+                // The epilogue's bias and residual come from textures too.
+                let epilogue =
+                    labels.iter().any(|x| x.starts_with(l) && x.contains("_epi(") && x.contains(")_tex") == textures);
+                assert!(
+                    epilogue,
+                    "{name}: expected an epilogue {} textures: {labels:?}",
+                    ["without", "reading"][textures as usize]
+                );
             }
         }
     }

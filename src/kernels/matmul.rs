@@ -31,6 +31,9 @@ struct Store {
     /// The epilogue finds each element's place in its leaves on its own (integer
     /// divisions and a load per element): large code per stored element.
     per_element: bool,
+    /// Leaves read from operand textures, one bit per leaf (`KernelSpec::textured` once
+    /// they are bound after the operands).
+    textured: u32,
 }
 
 /// [`Store`] for product `prod`: `meta` gains the epilogue's slots. With `quad` (rows of
@@ -62,6 +65,7 @@ fn store(
             uses_f16: false,
             label: String::new(),
             per_element: false,
+            textured: 0,
         });
     };
     let quad = quad && e.root.dtype() == DType::F32 && permuted_base(e.root).is_none_or(|b| keeps_quads(e.root, &b));
@@ -90,6 +94,7 @@ fn store(
         out: e.root.clone(),
         uses_f16: g.uses_f16 || dt == DType::F16,
         per_element,
+        textured: 0,
     })
 }
 
@@ -128,16 +133,26 @@ fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps:
     let mut src = String::new();
     let mut loads = String::new();
     let mut params = "i: u32, acc: f32".to_string();
-    for k in 0..leaves {
-        src.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> in{k}: array<vec4<f32>>;\n",
-            base as usize + k
-        ));
-        params.push_str(&format!(", p{k}: f32"));
-        match g.param_period.get(&k) {
-            Some(slot) => loads.push_str(&format!("    let a{k} = in{k}[(i >> 2u) % m({slot}u)];\n")),
-            None => loads.push_str(&format!("    let a{k} = in{k}[i >> 2u];\n")),
+    // Leaves come from operand textures where the adapter allows
+    // (`ShaderCaps::texture_rows`): lavapipe loops over the SIMD lanes for each storage
+    // load, and a tile's epilogue loads a quad of each leaf per 4 outputs.
+    let mut textured = 0u32;
+    for (k, leaf) in g.leaves.iter().enumerate() {
+        let binding = base + k as u32;
+        let var = format!("in{k}");
+        let q = match g.param_period.get(&k) {
+            Some(slot) => format!("(i >> 2u) % m({slot}u)"),
+            None => "i >> 2u".into(),
+        };
+        if super::texturable(leaf, caps) {
+            src.push_str(&super::texture_binding(binding, &var));
+            loads.push_str(&format!("    let a{k} = textureLoad({var}, texel_{var}({q}), 0);\n"));
+            textured |= 1 << k;
+        } else {
+            src.push_str(&format!("@group(0) @binding({binding}) var<storage, read> {var}: array<vec4<f32>>;\n"));
+            loads.push_str(&format!("    let a{k} = {var}[{q}];\n"));
         }
+        params.push_str(&format!(", p{k}: f32"));
     }
     let lane = |c: usize| -> String {
         let i = if c == 0 { "i".to_string() } else { format!("i + {c}u") };
@@ -173,12 +188,13 @@ fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps:
     Ok(Some(Store {
         src,
         quad: true,
-        label: format!("_epi({})", g.ops.join(",")),
+        label: format!("_epi({}){}", g.ops.join(","), if textured != 0 { "_tex" } else { "" }),
         leaves: g.leaves,
         patches: g.patches,
         out: e.root.clone(),
         uses_f16: g.uses_f16,
         per_element: false,
+        textured,
     }))
 }
 
@@ -530,6 +546,7 @@ const STORE_C4_BY_ELEMENT: &str = "fn store_c4(i: u32, v: vec4<f32>) {\n    stor
 /// operands, its scalars patched on replay, and its root as the output.
 fn with_store(mut spec: KernelSpec, st: Store) -> KernelSpec {
     spec.label.push_str(&st.label);
+    spec.textured |= st.textured << spec.inputs.len();
     spec.inputs.extend(st.leaves);
     spec.patches = st.patches;
     spec.output = st.out;
