@@ -136,12 +136,13 @@ pub struct ShaderCaps {
     /// transcendental load quads (`elementwise::suits`), and tiles past 32 rows did not
     /// speed up MiniLM's batches.
     pub no_avx512: bool,
-    /// With `wide_loads`, the rows of the `rgba32float` textures that may hold a wide
-    /// matmul's operands (0: none). Lavapipe fetches texels without the loop over SIMD
-    /// lanes that each storage load runs, so the executor copies A and B into textures
-    /// [`TEXTURE_WIDTH`] texels wide (a binding's bytes in order) and the kernel reads
-    /// them with `textureLoad` (`KernelSpec::textured`). The adapter's largest 2D
-    /// texture dimension.
+    /// With `wide_loads`, the rows of the `rgba32float` textures that may hold f32
+    /// operands (0: none): the wide matmul's A and B and its epilogue's leaves, and the
+    /// quads of the norms, softmax and attention ([`texturable`]). Lavapipe fetches texels
+    /// without the loop over SIMD lanes that each storage load runs, so the executor
+    /// copies such bindings into textures [`TEXTURE_WIDTH`] texels wide (a binding's
+    /// bytes in order) and the kernel reads them with `textureLoad`
+    /// (`KernelSpec::textured`). The adapter's largest 2D texture dimension.
     pub texture_rows: u32,
 }
 
