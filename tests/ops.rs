@@ -945,9 +945,9 @@ fn wide_matmul_from_textures_and_buffers() {
 }
 
 #[test]
-fn row_kernels_and_attention_from_textures_and_buffers() {
-    // On CPU adapters the norms, softmax and attention read f32 quads from operand
-    // textures (`ShaderCaps::texture_rows`) unless told not to. Both paths against the
+fn row_kernels_attention_and_products_from_textures_and_buffers() {
+    // On CPU adapters the norms, softmax, attention and the f16 and quantised products
+    // read operand textures (`ShaderCaps::texture_rows`) unless told not to. Both paths against the
     // reference: inputs within one texture row, and over several rows ending in a
     // partial one (4,096 floats a row); attention by the per-query kernel (up to 24
     // keys) and the wide one, with a mask and stored with its heads merged.
@@ -955,7 +955,18 @@ fn row_kernels_and_attention_from_textures_and_buffers() {
     // (The profiler is shared with tests running beside this one, so each case looks for
     // the kernel it expects, by name.)
     type Build = fn(&Device) -> Vec<Tensor>;
-    let cases: [(&str, &str, Build); 6] = [
+    fn quantized(dt: DType, d: &Device) -> Tensor {
+        let w = tessera::quant::quantize(dt, &common::data(72 * 64, 23, -1.0, 1.0));
+        rand_t(&[20, 64], 24, -1.0, 1.0, d).matmul(&Tensor::from_quantized(dt, [72, 64], &w, d).t())
+    }
+    let cases: [(&str, &str, Build); 9] = [
+        // f16 pairs and quantised blocks as words (`rgba32uint`).
+        ("f16 product", "matmul_direct4sg_f16", |d| {
+            let (x, w) = (rand_t(&[20, 64], 21, -1.0, 1.0, d), rand_t(&[64, 40], 22, -1.0, 1.0, d));
+            vec![x.cast(DType::F16).matmul(&w.cast(DType::F16)).cast(DType::F32)]
+        }),
+        ("Q8_0 product", "matmul_direct4sg_f32_q8_0", |d| vec![quantized(DType::Q8_0, d)]),
+        ("Q4_0 product", "matmul_direct4sg_f32_q4_0", |d| vec![quantized(DType::Q4_0, d)]),
         ("layer norm", "layer_norm_rows4", |d| {
             let x = rand_t(&[3, 37, 12], 1, -2.0, 2.0, d);
             let (w, b) = (rand_t(&[12], 2, -1.0, 1.0, d), rand_t(&[12], 3, -1.0, 1.0, d));
@@ -1002,8 +1013,9 @@ fn row_kernels_and_attention_from_textures_and_buffers() {
             let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
             let name = format!("{name}, textures {textures}");
             let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let tol = Tol::for_dtype(if name.starts_with("f16") { DType::F16 } else { DType::F32 }).scaled(64);
             for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_close(&format!("{name}, output {o}"), g, w, Tol::for_dtype(DType::F32).scaled(64));
+                assert_close(&format!("{name}, output {o}"), g, w, tol);
             }
             if cpu_adapter {
                 let ran = labels.iter().any(|l| l.starts_with(kernel) && l.contains("_tex") == textures);

@@ -93,7 +93,7 @@ pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: 
         true => super::header_with_out(meta.len(), "vec4<f32>", uses_f16, caps),
         false => header(meta.len(), out_dt, uses_f16, caps),
     };
-    // 4-aligned f32 or f16 rows load a quad at a time (`quad_input`); otherwise four
+    // 4-aligned f32 or f16 rows load a quad at a time (`quad_input_or_texture`); otherwise four
     // guarded scalar loads.
     let vec = d % 4 == 0 && inputs[..3].iter().all(|t| matches!(t.dtype(), DType::F32 | DType::F16));
     let mut textured = 0u32;

@@ -145,7 +145,7 @@ fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps:
             None => "i >> 2u".into(),
         };
         if super::texturable(leaf, caps) {
-            src.push_str(&super::texture_binding(binding, &var));
+            src.push_str(&super::texture_binding(binding, &var, "f32"));
             loads.push_str(&format!("    let a{k} = textureLoad({var}, texel_{var}({q}), 0);\n"));
             textured |= 1 << k;
         } else {
@@ -431,6 +431,9 @@ pub fn render(
     // native only: the npm package's size budget): every binding's bytes in whole texels
     // and within the texture's rows.
     let textured = wide && [&a, &b].iter().all(|t| super::texturable(t, caps));
+    // The other direct kernels take each operand that fits from a texture too: f32 quads,
+    // f16 pairs and quantised blocks as 32-bit words.
+    let mut tex_bits = if textured { 0b11 } else { 0 };
     // The 128x128 tiles of `matmul_vec4_128.wgsl` where the tuner chose them (large
     // products on discrete GPUs).
     let big = !caps.direct_matmul && vec4 && caps.matmul_tile == (8, 8) && m >= 128 && n >= 128 && big_tiles();
@@ -451,12 +454,29 @@ pub fn render(
         // The vec4 kernel reads groups of 4: a vec4<f32>, 4 halves as two u32 words (the
         // same bits whether the adapter stores f16 natively or packed), or quant words.
         if vec4 && !t.dtype().is_quantized() {
-            src.push_str(&super::quad_load(binding, &var, &format!("ld4_{name}"), t.dtype()));
+            let ld4 = format!("ld4_{name}");
+            let (load, tex) = match caps.direct_matmul {
+                true => super::quad_load_or_texture(binding, &var, &ld4, t, caps),
+                false => (super::quad_load(binding, &var, &ld4, t.dtype()), false),
+            };
+            src.push_str(&load);
+            tex_bits |= u32::from(tex) << i;
+            continue;
+        }
+        if vec4 && caps.direct_matmul && super::word_texturable(t, caps) {
+            // Quantised blocks as words of an `rgba32uint` texture.
+            src.push_str(&super::texture_binding(binding, &var, "u32"));
+            src.push_str(&format!(
+                "fn word_{name}(w: u32) -> u32 {{\n    return textureLoad({var}, texel_{var}(w >> 2u), 0)[w & 3u];\n}}\n"
+            ));
+            src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
+            tex_bits |= 1 << i;
             continue;
         }
         let ty = if vec4 { "u32" } else { storage_type(t.dtype(), caps) };
         src.push_str(&format!("@group(0) @binding({binding}) var<storage, read> {var}: array<{ty}>;\n"));
         if vec4 {
+            src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return {var}[w];\n}}\n"));
             src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
         } else {
             src.push_str(&load_fn(&format!("ld_{name}"), &var, t.dtype(), caps, qoff[i].as_deref()));
@@ -533,8 +553,9 @@ pub fn render(
     if splittable {
         spec.rows = Some(super::RowSplit { m_slot: 0, a_row: k as u64, c_row: n as u64, rows_per_group: bm as u64 });
     }
-    if textured {
-        spec.textured = 0b11;
+    spec.textured = tex_bits;
+    if tex_bits != 0 && !textured {
+        spec.label.push_str("_tex");
     }
     Ok(with_store(spec, st))
 }
@@ -805,17 +826,17 @@ fn product_spec(
 /// weight in row-major order, dequantised. K % 32 == 0, so the four lie in one block:
 /// block `i / 8`, at offset `4 (i % 8)` in it.
 fn quant_ld4(dtype: DType, qoff: &str) -> String {
-    let scale = "    let blk = i >> 3u;\n    let s = unpack2x16float(in_b[blk >> 1u])[blk & 1u];\n";
+    let scale = "    let blk = i >> 3u;\n    let s = unpack2x16float(word_b(blk >> 1u))[blk & 1u];\n";
     let body = if dtype == DType::Q8_0 {
         // Q8_0: the block's 32 bytes are 8 words in order; word i holds the four.
         format!(
-            "    let w = in_b[{qoff} + i];\n    \
+            "    let w = word_b({qoff} + i);\n    \
              return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u)) * s;\n"
         )
     } else {
         // Q4_0: 16 bytes, byte j holding value j in its low nibble and j + 16 in its high.
         format!(
-            "    let t = i & 7u;\n    let w = in_b[{qoff} + blk * 4u + (t & 3u)] >> select(0u, 4u, t >= 4u);\n    \
+            "    let t = i & 7u;\n    let w = word_b({qoff} + blk * 4u + (t & 3u)) >> select(0u, 4u, t >= 4u);\n    \
              let b = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u);\n    \
              return (vec4<f32>(b) - 8.0) * s;\n"
         )

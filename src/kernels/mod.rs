@@ -209,9 +209,10 @@ pub struct KernelSpec {
     /// For further row writes (empty otherwise): the table each of `extra_outputs`
     /// writes in place, as [`alias`](Self::alias) does for the output.
     pub extra_aliases: Vec<Tensor>,
-    /// Inputs bound as `rgba32float` textures, one bit per input (bit k: binding
-    /// `2 + k`): the executor copies the binding's bytes into a texture
-    /// [`TEXTURE_WIDTH`] texels wide, row after row (`ShaderCaps::texture_rows`).
+    /// Inputs bound as textures, one bit per input (bit k: binding `2 + k`): the
+    /// executor copies the binding's bytes into a texture [`TEXTURE_WIDTH`] texels wide,
+    /// row after row (`ShaderCaps::texture_rows`): `rgba32float` for an f32 input,
+    /// `rgba32uint` (its 32-bit words) for f16 and quantised ones.
     pub textured: u32,
 }
 
@@ -491,30 +492,37 @@ pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
     s
 }
 
-/// Whether `t` may be bound as an operand texture on this adapter
-/// (`ShaderCaps::texture_rows`, native only: the npm package's size budget): f32, its
-/// bytes whole texels and within the texture's rows.
-pub(crate) fn texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
+/// Whether `t`'s bytes fit an operand texture on this adapter (`ShaderCaps::texture_rows`,
+/// native only: the npm package's size budget): whole texels, within the texture's rows.
+fn fits_texture(t: &Tensor, caps: &ShaderCaps) -> bool {
     let bytes = t.storage_bytes();
     cfg!(not(target_arch = "wasm32"))
         && caps.texture_rows > 0
-        && t.dtype() == DType::F32
         && bytes > 0
         && bytes % 16 == 0
         && bytes / 16 <= u64::from(TEXTURE_WIDTH) * u64::from(caps.texture_rows)
 }
 
-/// Binding `binding` as `var`, an operand texture (`KernelSpec::textured`), with
-/// `fn texel_{var}(q: u32) -> vec2<u32>`, the coordinates of its `q`-th 4 floats.
-pub(crate) fn texture_binding(binding: u32, var: &str) -> String {
+/// Whether f32 `t` may be bound as an `rgba32float` operand texture.
+pub(crate) fn texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
+    t.dtype() == DType::F32 && fits_texture(t, caps)
+}
+
+/// Whether `t` (f16 or quantised) may be bound as an `rgba32uint` operand texture of its
+/// 32-bit words (the executor picks the format by dtype).
+pub(crate) fn word_texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
+    (t.dtype() == DType::F16 || t.dtype().is_quantized()) && fits_texture(t, caps)
+}
+
+/// Binding `binding` as `var`, an operand texture (`KernelSpec::textured`) of `f32`
+/// or `u32` texels, with `fn texel_{var}(q: u32) -> vec2<u32>`, the coordinates of its
+/// `q`-th texel (4 values or words).
+pub(crate) fn texture_binding(binding: u32, var: &str, texel: &str) -> String {
     const _: () = assert!(TEXTURE_WIDTH.is_power_of_two());
     let (mask, shift) = (TEXTURE_WIDTH - 1, TEXTURE_WIDTH.trailing_zeros());
     format!(
-        "@group(0) @binding({binding}) var {var}: texture_2d<f32>;
-         fn texel_{var}(q: u32) -> vec2<u32> {{
-    return vec2<u32>(q & {mask}u, q >> {shift}u);
-}}
-"
+        "@group(0) @binding({binding}) var {var}: texture_2d<{texel}>;\n\
+         fn texel_{var}(q: u32) -> vec2<u32> {{\n    return vec2<u32>(q & {mask}u, q >> {shift}u);\n}}\n"
     )
 }
 
@@ -523,30 +531,43 @@ pub(crate) fn texture_binding(binding: u32, var: &str) -> String {
 /// even.
 pub(crate) fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
     const _: () = assert!(TEXTURE_WIDTH % 2 == 0);
-    texture_binding(binding, var)
+    texture_binding(binding, var, "f32")
         + &format!(
             "fn {ld8}(q: u32) -> Oct {{\n    let t = texel_{var}(2u * q);\n    \
              return Oct(textureLoad({var}, t, 0), textureLoad({var}, t + vec2<u32>(1u, 0u), 0));\n}}\n"
         )
 }
 
-/// Input `k` read 4 values at a time, `fn ld{k}q(q: u32) -> vec4<f32>`: from an operand
-/// texture where [`texturable`] (then the caller sets bit `k` of `KernelSpec::textured`),
-/// else [`quad_input`]. Returns the source and whether the input is textured.
+/// Input `k` (f32 or f16) read 4 values at a time, `fn ld{k}q(q: u32) -> vec4<f32>`:
+/// [`quad_load_or_texture`] as `in{k}`. Returns the source and whether the input is
+/// textured (then the caller sets bit `k` of `KernelSpec::textured`).
 pub(crate) fn quad_input_or_texture(k: usize, t: &Tensor, caps: &ShaderCaps) -> (String, bool) {
-    if !texturable(t, caps) {
-        return (quad_input(k, t.dtype()), false);
-    }
-    let var = format!("in{k}");
-    let src = texture_binding(2 + k as u32, &var)
-        + &format!("fn ld{k}q(q: u32) -> vec4<f32> {{\n    return textureLoad({var}, texel_{var}(q), 0);\n}}\n");
-    (src, true)
+    quad_load_or_texture(2 + k as u32, &format!("in{k}"), &format!("ld{k}q"), t, caps)
 }
 
-/// Input `k` (binding `2 + k`, f32 or f16) read 4 values at a time: [`quad_load`] as
-/// `in{k}` with `fn ld{k}q(q: u32) -> vec4<f32>`.
-pub(crate) fn quad_input(k: usize, dtype: DType) -> String {
-    quad_load(2 + k as u32, &format!("in{k}"), &format!("ld{k}q"), dtype)
+/// [`quad_load`] of `t` (f32 or f16) at `binding` as `var`, `fn func(q: u32) ->
+/// vec4<f32>`, from an operand texture where [`texturable`] or (f16 pairs as words)
+/// [`word_texturable`]. Returns the source and whether it reads a texture.
+pub(crate) fn quad_load_or_texture(
+    binding: u32,
+    var: &str,
+    func: &str,
+    t: &Tensor,
+    caps: &ShaderCaps,
+) -> (String, bool) {
+    let body = if texturable(t, caps) {
+        format!("return textureLoad({var}, texel_{var}(q), 0);")
+    } else if t.dtype() == DType::F16 && word_texturable(t, caps) {
+        // Quad q is words 2q and 2q + 1: half of texel q / 2.
+        format!(
+            "let t = textureLoad({var}, texel_{var}(q >> 1u), 0);\n    let w = select(t.xy, t.zw, (q & 1u) == 1u);\n    \
+             return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"
+        )
+    } else {
+        return (quad_load(binding, var, func, t.dtype()), false);
+    };
+    let texel = if t.dtype() == DType::F32 { "f32" } else { "u32" };
+    (texture_binding(binding, var, texel) + &format!("fn {func}(q: u32) -> vec4<f32> {{\n    {body}\n}}\n"), true)
 }
 
 /// An f32 or f16 input bound as quads at `binding`, named `var` (`vec4<f32>`, or f16

@@ -500,12 +500,29 @@ mod tests {
                 specs.iter().all(|s| (s.textured != 0) == (s.label.contains("direct8tex") || s.label.contains("_tex"))),
                 "textured kernels are named"
             );
-            // Row kernels and attention read their f32 quads from textures too.
+            // Bit k of `textured` exactly where binding 2 + k is declared a texture, of
+            // floats for an f32 input and of words otherwise (the executor's choice).
+            for s in &specs {
+                for (k, t) in s.inputs.iter().enumerate() {
+                    let decl = format!("@binding({}) var ", 2 + k);
+                    let line = s.source.lines().find(|l| l.contains(&decl)).unwrap_or_default();
+                    let texel = if t.dtype() == DType::F32 { "texture_2d<f32>" } else { "texture_2d<u32>" };
+                    let bit = s.textured >> k & 1 == 1;
+                    assert_eq!(line.contains("texture_2d"), bit, "{}: binding {} and its textured bit", s.label, 2 + k);
+                    assert!(!bit || line.contains(texel), "{}: binding {} is {texel}", s.label, 2 + k);
+                }
+            }
+            // Row kernels, attention and the f16 and quantised products read textures too.
             let tex_rows =
                 ["layer_norm_rows4_sg_tex", "log_softmax_rows4_tex", "attention_f32_d8_mask_rows_sg8_q1_tex"]
                     .iter()
                     .all(|l| specs.iter().any(|s| s.label.starts_with(l)))
-                    && specs.iter().any(|s| s.label.contains("_wide") && s.label.contains("_tex"));
+                    && specs.iter().any(|s| s.label.contains("_wide") && s.label.contains("_tex"))
+                    && ["f16_", "q8_0_", "q4_0_"].iter().all(|d| {
+                        specs.iter().any(|s| {
+                            s.label.starts_with("matmul_direct4") && s.label.contains(d) && s.label.contains("_tex")
+                        })
+                    });
             assert_eq!(
                 tex_rows,
                 textured,

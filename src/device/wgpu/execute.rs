@@ -99,8 +99,8 @@ fn row_dispatches(
     Some(Ok(out))
 }
 
-/// Copy bytes `off .. off + size` of `buffer` into an operand texture for a
-/// `KernelSpec::textured` binding, row after row of [`TEXTURE_WIDTH`] texels: the whole
+/// Copy bytes `off .. off + size` of `buffer` into an operand texture (of 32-bit words
+/// with `words`: an input not f32) for a `KernelSpec::textured` binding, row after row of [`TEXTURE_WIDTH`] texels: the whole
 /// rows in one copy, the texels left in a second. The texture comes from `local` (this
 /// submit's textures whose kernels are encoded) or the pool.
 #[cfg(not(target_arch = "wasm32"))]
@@ -110,6 +110,7 @@ fn stage_texture(
     local: &mut Vec<PooledTexture>,
     buffer: &wgpu::Buffer,
     (off, size): (u64, u64),
+    words: bool,
 ) -> Result<PooledTexture> {
     use crate::kernels::TEXTURE_WIDTH;
     let width = u64::from(TEXTURE_WIDTH);
@@ -121,10 +122,10 @@ fn stage_texture(
             message: format!("bytes {off}..{} are not whole texels within {} rows", off + size, ctx.caps.texture_rows),
         });
     }
-    let fits = |t: &PooledTexture| u64::from(t.rows()) >= rows && u64::from(t.rows()) <= 2 * rows;
+    let fits = |t: &PooledTexture| u64::from(t.rows()) >= rows && u64::from(t.rows()) <= 2 * rows && t.words() == words;
     let texture = match local.iter().position(fits) {
         Some(p) => local.swap_remove(p),
-        None => ctx.pool.texture(&ctx.device, rows as u32, ctx.caps.texture_rows)?,
+        None => ctx.pool.texture(&ctx.device, rows as u32, ctx.caps.texture_rows, words)?,
     };
     let (full, rest) = ((texels / width) as u32, (texels % width) as u32);
     let from = |offset| wgpu::TexelCopyBufferInfo {
@@ -518,7 +519,8 @@ pub(crate) async fn run(
             #[cfg(not(target_arch = "wasm32"))]
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
-                    let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range)?;
+                    let words = s.inputs[k].dtype() != crate::DType::F32;
+                    let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
                     let view = t.texture().create_view(&wgpu::TextureViewDescriptor::default());
                     textures.push((k, t, view));
                 }

@@ -24,7 +24,8 @@ pub fn size_class(bytes: u64) -> u64 {
 pub(crate) struct PoolInner {
     free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     /// Free operand textures by rows ([`TEXTURE_WIDTH`] texels each).
-    free_textures: Mutex<HashMap<u32, Vec<wgpu::Texture>>>,
+    /// Free operand textures by (words: `rgba32uint` rather than `rgba32float`, rows).
+    free_textures: Mutex<HashMap<(bool, u32), Vec<wgpu::Texture>>>,
     pub(crate) counters: Arc<Counters>,
     /// Bytes of device buffers this pool holds (in use and free).
     held: AtomicU64,
@@ -100,6 +101,12 @@ impl PooledTexture {
     pub fn rows(&self) -> u32 {
         self.texture().height()
     }
+
+    /// Whether it holds 32-bit words (`rgba32uint`) rather than floats.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn words(&self) -> bool {
+        self.texture().format() == wgpu::TextureFormat::Rgba32Uint
+    }
 }
 
 impl Drop for PooledTexture {
@@ -107,7 +114,7 @@ impl Drop for PooledTexture {
         if let Some(t) = self.texture.take() {
             self.pool.counters.in_use(-((u64::from(t.height()) * TEXTURE_ROW_BYTES) as i64));
             if let Ok(mut free) = self.pool.free_textures.lock() {
-                free.entry(t.height()).or_default().push(t);
+                free.entry((t.format() == wgpu::TextureFormat::Rgba32Uint, t.height())).or_default().push(t);
             }
         }
     }
@@ -192,14 +199,16 @@ impl BufferPool {
         Ok(())
     }
 
-    /// An `rgba32float` texture [`TEXTURE_WIDTH`] texels wide with at least `rows` rows
-    /// (at most `max_rows`), for operands copied in (`TEXTURE_BINDING | COPY_DST`); from
-    /// the free list or newly created, within the memory budget as buffers are.
+    /// An `rgba32float` texture (`rgba32uint` with `words`) [`TEXTURE_WIDTH`] texels wide
+    /// with at least `rows` rows (at most `max_rows`), for operands copied in
+    /// (`TEXTURE_BINDING | COPY_DST`); from the free list or newly created, within the
+    /// memory budget as buffers are.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn texture(&self, device: &wgpu::Device, rows: u32, max_rows: u32) -> Result<PooledTexture> {
+    pub fn texture(&self, device: &wgpu::Device, rows: u32, max_rows: u32, words: bool) -> Result<PooledTexture> {
         let class = rows_class(rows, max_rows);
         let bytes = u64::from(class) * TEXTURE_ROW_BYTES;
-        let reused = self.0.free_textures.lock().ok().and_then(|mut f| f.get_mut(&class).and_then(|v| v.pop()));
+        let reused =
+            self.0.free_textures.lock().ok().and_then(|mut f| f.get_mut(&(words, class)).and_then(|v| v.pop()));
         let texture = match reused {
             Some(t) => t,
             None => {
@@ -212,7 +221,7 @@ impl BufferPool {
                     mip_level_count: 1,
                     sample_count: 1,
                     dimension: wgpu::TextureDimension::D2,
-                    format: wgpu::TextureFormat::Rgba32Float,
+                    format: if words { wgpu::TextureFormat::Rgba32Uint } else { wgpu::TextureFormat::Rgba32Float },
                     usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
                     view_formats: &[],
                 })
@@ -233,7 +242,7 @@ impl BufferPool {
         let (mut freed, mut budgeted) = (0, 0);
         #[cfg(not(target_arch = "wasm32"))]
         if let Ok(mut f) = self.0.free_textures.lock() {
-            for (rows, textures) in f.drain() {
+            for ((_, rows), textures) in f.drain() {
                 for t in textures {
                     t.destroy();
                     freed += u64::from(rows) * TEXTURE_ROW_BYTES;
