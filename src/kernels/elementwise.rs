@@ -172,7 +172,7 @@ const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 impl Lanes {
     /// The forms to try for `n` elements (a multiple of 4), widest first.
     fn for_len(n: usize, caps: &ShaderCaps) -> Vec<Lanes> {
-        let wide = caps.wide_loads && n.is_multiple_of(8);
+        let wide = caps.wide() && n.is_multiple_of(8);
         [Form::Wide, Form::WideStores, Form::Quads]
             .into_iter()
             .filter(|&f| f == Form::Quads || wide)

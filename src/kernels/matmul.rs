@@ -418,7 +418,7 @@ pub fn render(
         && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0");
     // Its wide form: f32 operands loaded 8 values at a time (`matmul_direct_wide.wgsl`).
     let wide = subgroup
-        && caps.wide_loads
+        && caps.wide()
         && !quant_subgroup
         && a.dtype() == DType::F32
         && b.dtype() == DType::F32

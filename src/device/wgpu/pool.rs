@@ -1,6 +1,7 @@
 //! The buffer pool: device buffers in size classes, reused once their holder drops them;
 //! and the operand textures of `KernelSpec::textured` kernels, in classes of rows.
 
+#[cfg(not(target_arch = "wasm32"))]
 use crate::kernels::TEXTURE_WIDTH;
 use crate::stats::Counters;
 use crate::{Error, Result};
@@ -23,8 +24,9 @@ pub fn size_class(bytes: u64) -> u64 {
 
 pub(crate) struct PoolInner {
     free: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
-    /// Free operand textures by rows ([`TEXTURE_WIDTH`] texels each).
-    /// Free operand textures by (words: `rgba32uint` rather than `rgba32float`, rows).
+    /// Free operand textures ([`TEXTURE_WIDTH`] texels a row) by (words: `rgba32uint`
+    /// rather than `rgba32float`, rows).
+    #[cfg(not(target_arch = "wasm32"))]
     free_textures: Mutex<HashMap<(bool, u32), Vec<wgpu::Texture>>>,
     pub(crate) counters: Arc<Counters>,
     /// Bytes of device buffers this pool holds (in use and free).
@@ -65,6 +67,7 @@ impl Drop for PooledBuffer {
 }
 
 /// Bytes of one texture row: [`TEXTURE_WIDTH`] `rgba32float` texels.
+#[cfg(not(target_arch = "wasm32"))]
 const TEXTURE_ROW_BYTES: u64 = TEXTURE_WIDTH as u64 * 16;
 
 /// Round a texture's rows up to its class: 1, 2, then powers of two and 1.5x powers
@@ -85,6 +88,7 @@ fn rows_class(rows: u32, max: u32) -> u32 {
 
 /// A pooled operand texture; dropping it returns it to its pool (its height is its
 /// class of rows).
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub(crate) struct PooledTexture {
     texture: Option<wgpu::Texture>,
     pool: Arc<PoolInner>,
@@ -109,6 +113,8 @@ impl PooledTexture {
     }
 }
 
+// (Native only, as operand textures are: the npm package's size budget.)
+#[cfg(not(target_arch = "wasm32"))]
 impl Drop for PooledTexture {
     fn drop(&mut self) {
         if let Some(t) = self.texture.take() {
@@ -128,6 +134,7 @@ impl BufferPool {
     pub fn new(counters: Arc<Counters>) -> Self {
         BufferPool(Arc::new(PoolInner {
             free: Mutex::new(HashMap::new()),
+            #[cfg(not(target_arch = "wasm32"))]
             free_textures: Mutex::new(HashMap::new()),
             counters,
             held: AtomicU64::new(0),
