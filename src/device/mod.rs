@@ -129,8 +129,9 @@ pub struct DeviceOptions {
     /// megabytes of machine code per pipeline, so a process that builds ever new graphs
     /// would otherwise grow without end.
     pub max_pipelines: Option<usize>,
-    /// Read f32 operands from textures on CPU adapters (`ShaderCaps::texture_rows`): the
-    /// wide matmul's and its epilogue's, and those of the norms, softmax and attention.
+    /// Read operands from textures on CPU adapters (`ShaderCaps::texture_rows`): the
+    /// products' (f32, f16 and quantised) and their epilogues', and those of the norms,
+    /// softmax and attention.
     /// `None` takes `TESSERA_TEXTURE_OPERANDS=1|0`, else on wherever wide loads are.
     pub texture_operands: Option<bool>,
 }

@@ -502,19 +502,15 @@ pub(crate) fn input_loads(inputs: &[Tensor], caps: &ShaderCaps) -> String {
 }
 
 /// Whether `t`'s bytes fit an operand texture on this adapter (`ShaderCaps::texture_rows`,
-/// native only: the npm package's size budget): whole texels, within the texture's rows.
-#[cfg(not(target_arch = "wasm32"))]
+/// native only: known false on wasm, so the npm package leaves the texture code out):
+/// whole texels, within the texture's rows.
 fn fits_texture(t: &Tensor, caps: &ShaderCaps) -> bool {
     let bytes = t.storage_bytes();
-    caps.texture_rows > 0
+    cfg!(not(target_arch = "wasm32"))
+        && caps.texture_rows > 0
         && bytes > 0
         && bytes.is_multiple_of(16)
         && bytes / 16 <= u64::from(TEXTURE_WIDTH) * u64::from(caps.texture_rows)
-}
-
-#[cfg(target_arch = "wasm32")]
-fn fits_texture(_: &Tensor, _: &ShaderCaps) -> bool {
-    false
 }
 
 /// Whether f32 `t` may be bound as an `rgba32float` operand texture.
@@ -531,7 +527,6 @@ pub(crate) fn word_texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
 /// Binding `binding` as `var`, an operand texture (`KernelSpec::textured`) of `f32`
 /// or `u32` texels, with `fn texel_{var}(q: u32) -> vec2<u32>`, the coordinates of its
 /// `q`-th texel (4 values or words).
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn texture_binding(binding: u32, var: &str, texel: &str) -> String {
     const _: () = assert!(TEXTURE_WIDTH.is_power_of_two());
     let (mask, shift) = (TEXTURE_WIDTH - 1, TEXTURE_WIDTH.trailing_zeros());
@@ -544,7 +539,6 @@ pub(crate) fn texture_binding(binding: u32, var: &str, texel: &str) -> String {
 /// `fn {ld8}(q: u32) -> Oct`: the `q`-th 8 floats of binding `binding`, an operand
 /// texture ([`texture_binding`]). Two texels in the same row, since the width is
 /// even.
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
     const _: () = assert!(TEXTURE_WIDTH.is_multiple_of(2));
     texture_binding(binding, var, "f32")
@@ -564,7 +558,6 @@ pub(crate) fn quad_input_or_texture(k: usize, t: &Tensor, caps: &ShaderCaps) -> 
 /// [`quad_load`] of `t` (f32 or f16) at `binding` as `var`, `fn func(q: u32) ->
 /// vec4<f32>`, from an operand texture where [`texturable`] or (f16 pairs as words)
 /// [`word_texturable`]. Returns the source and whether it reads a texture.
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn quad_load_or_texture(
     binding: u32,
     var: &str,
@@ -585,22 +578,6 @@ pub(crate) fn quad_load_or_texture(
     };
     let texel = if t.dtype() == DType::F32 { "f32" } else { "u32" };
     (texture_binding(binding, var, texel) + &format!("fn {func}(q: u32) -> vec4<f32> {{\n    {body}\n}}\n"), true)
-}
-
-/// (The npm package's size budget: no operand textures on wasm, where `texture_rows` is 0.)
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn texture_binding(_: u32, _: &str, _: &str) -> String {
-    String::new()
-}
-
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn texture_ld8(_: u32, _: &str, _: &str) -> String {
-    String::new()
-}
-
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn quad_load_or_texture(binding: u32, var: &str, func: &str, t: &Tensor, _: &ShaderCaps) -> (String, bool) {
-    (quad_load(binding, var, func, t.dtype()), false)
 }
 
 /// An f32 or f16 input bound as quads at `binding`, named `var` (`vec4<f32>`, or f16

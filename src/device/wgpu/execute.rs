@@ -100,8 +100,8 @@ fn row_dispatches(
 }
 
 /// Copy bytes `off .. off + size` of `buffer` into an operand texture (of 32-bit words
-/// with `words`: an input not f32) for a `KernelSpec::textured` binding, row after row of [`TEXTURE_WIDTH`] texels: the whole
-/// rows in one copy, the texels left in a second. The texture comes from `local` (this
+/// with `words`: an input not f32) for a `KernelSpec::textured` binding, row after row
+/// of [`TEXTURE_WIDTH`] texels: the whole rows in one copy, the texels left in a second. The texture comes from `local` (this
 /// submit's textures whose kernels are encoded) or the pool.
 #[cfg(not(target_arch = "wasm32"))]
 fn stage_texture(
