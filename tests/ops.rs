@@ -890,7 +890,8 @@ fn wide_matmul_shapes() {
 /// epilogue.
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
-    // Operands and epilogue leaves (a bias and a residual) from textures or buffers.
+    // Operands and epilogue leaves (a bias and a residual) from textures or buffers, and
+    // one tensor as both operands.
     use common::{assert_close, private_gpu};
     let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1000, 8], &[8, 64], false),
@@ -916,7 +917,8 @@ fn wide_matmul_from_textures_and_buffers() {
                 let n = b[if *trans_b { b.len() - 2 } else { b.len() - 1 }];
                 let bias = rand_t(&[n], 200 + k as u64, -1.0, 1.0, d);
                 let res = rand_t(x.matmul(&y).dims(), 220 + k as u64, -1.0, 1.0, d);
-                vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu() + &res]
+                // (x @ x^T binds one tensor as A, sampled, and as B, read as storage.)
+                vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu() + &res, x.matmul(&x.transpose(-1, -2))]
             };
             let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
             tessera::profile::start();

@@ -119,10 +119,14 @@ fn run() -> Result<(), String> {
         mapped_at_creation: false,
     });
     let t0 = Instant::now();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: None,
-        source: wgpu::ShaderSource::Wgsl(src.into()),
-    });
+    let desc = wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(src.into()) };
+    // `--unchecked`: without naga's bounds checks, as the engine compiles its trusted kernels.
+    let module = if args.iter().any(|a| a == "--unchecked") {
+        // SAFETY: a lab kernel's author vouches for its indexing; the lab is never run on input it did not make.
+        unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+    } else {
+        device.create_shader_module(desc)
+    };
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: None,
         layout: None,
@@ -152,10 +156,11 @@ fn run() -> Result<(), String> {
     let tex_a = num("--tex-a", "0")?;
     let tex_b = num("--tex-b", "0")?;
     let tex_out = num("--tex-out", "0")?;
-    let ta =
-        (tex_a > 0).then(|| tex(tex_a, a.len(), wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST));
-    let tb = (tex_b > 0)
-        .then(|| tex(tex_b, b_stored.len(), wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST));
+    // (Also storage-bindable, so a kernel may declare them `texture_storage_2d<rgba32float, read>`.)
+    let sampled =
+        wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST;
+    let ta = (tex_a > 0).then(|| tex(tex_a, a.len(), sampled));
+    let tb = (tex_b > 0).then(|| tex(tex_b, b_stored.len(), sampled));
     let tc = (tex_out > 0).then(|| {
         tex(tex_out, cbytes as usize / 4, wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_SRC)
     });

@@ -100,7 +100,12 @@ pub fn render(root: &Tensor, moved: Option<&Tensor>, inputs: Vec<Tensor>, caps: 
     for (k, (t, name)) in inputs.iter().zip(["q", "k", "v", "bias"]).enumerate() {
         if wide && k < 3 && super::texturable(t, caps) {
             // From an operand texture where the adapter allows (`ShaderCaps::texture_rows`).
-            src.push_str(&super::texture_ld8(2 + k as u32, &format!("in{k}"), &format!("ld8_{name}")));
+            src.push_str(&super::texture_ld8(
+                2 + k as u32,
+                &format!("in{k}"),
+                &format!("ld8_{name}"),
+                super::TexelRead::Storage,
+            ));
             textured |= 1 << k;
             continue;
         }

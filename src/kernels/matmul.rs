@@ -4,7 +4,7 @@
 //! and `gemv.wgsl` for decode shapes.
 
 use super::codegen::{Gen, Ix, MetaPatch};
-use super::{compute_type, header, load_fn, sources, storage_type, KernelSpec, ShaderCaps};
+use super::{compute_type, header, load_fn, sources, storage_type, KernelSpec, ShaderCaps, TexelRead};
 use crate::graph::schedule::permuted_base;
 use crate::graph::Op;
 use crate::{DType, Error, Result, Tensor};
@@ -145,8 +145,8 @@ fn quad_store(prod: &Tensor, e: &Epilogue, meta: &mut Vec<u32>, base: u32, caps:
             None => "i >> 2u".into(),
         };
         if super::texturable(leaf, caps) {
-            src.push_str(&super::texture_binding(binding, &var, "f32"));
-            loads.push_str(&format!("    let a{k} = textureLoad({var}, texel_{var}({q}), 0);\n"));
+            src.push_str(&super::texture_binding(binding, &var, "f32", TexelRead::Storage));
+            loads.push_str(&format!("    let a{k} = fetch_{var}({q});\n"));
             textured |= 1 << k;
         } else {
             src.push_str(&format!("@group(0) @binding({binding}) var<storage, read> {var}: array<vec4<f32>>;\n"));
@@ -440,8 +440,11 @@ pub fn render(
     for (i, (t, name)) in [(&a, "a"), (&b, "b")].into_iter().enumerate() {
         let binding = 2 + i as u32;
         let var = format!("in_{name}");
+        // B, loaded once per k-step for all the tile's rows, reads its texture as
+        // storage; A, loaded among the rows' work, as sampled (`TexelRead`).
+        let read = if i == 1 { TexelRead::Storage } else { TexelRead::Sampled };
         if textured {
-            src.push_str(&super::texture_ld8(binding, &var, &format!("ld8_{name}")));
+            src.push_str(&super::texture_ld8(binding, &var, &format!("ld8_{name}"), read));
             continue;
         }
         if wide {
@@ -456,7 +459,7 @@ pub fn render(
         if vec4 && !t.dtype().is_quantized() {
             let ld4 = format!("ld4_{name}");
             let (load, tex) = match caps.direct_matmul {
-                true => super::quad_load_or_texture(binding, &var, &ld4, t, caps),
+                true => super::quad_load_or_texture(binding, &var, &ld4, t, caps, read),
                 false => (super::quad_load(binding, &var, &ld4, t.dtype()), false),
             };
             src.push_str(&load);
@@ -465,10 +468,8 @@ pub fn render(
         }
         if vec4 && caps.direct_matmul && super::word_texturable(t, caps) {
             // Quantised blocks as words of an `rgba32uint` texture.
-            src.push_str(&super::texture_binding(binding, &var, "u32"));
-            src.push_str(&format!(
-                "fn word_{name}(w: u32) -> u32 {{\n    return textureLoad({var}, texel_{var}(w >> 2u), 0)[w & 3u];\n}}\n"
-            ));
+            src.push_str(&super::texture_binding(binding, &var, "u32", read));
+            src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return fetch_{var}(w >> 2u)[w & 3u];\n}}\n"));
             src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
             tex_bits |= 1 << i;
             continue;

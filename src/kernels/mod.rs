@@ -524,60 +524,82 @@ pub(crate) fn word_texturable(t: &Tensor, caps: &ShaderCaps) -> bool {
     (t.dtype() == DType::F16 || t.dtype().is_quantized()) && fits_texture(t, caps)
 }
 
+/// How a kernel reads an operand texture. Lavapipe (Mesa 22.3) runs a sampled
+/// `textureLoad` through a called texel-fetch function that works out the mip level of
+/// every lane, and a read-only storage texture's load inline, in fewer than half the
+/// instructions (the kernel lab's `sum_stex.wgsl`: 12.8 M against 28.2 M). Inline, it
+/// also takes registers from the code around it: it wins where a product loads B for a
+/// whole k-step, and loses inside the rows' work, where A is loaded (the lab, 704 rows
+/// of MiniLM: B read as storage 5-7% faster, A 12% slower).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TexelRead {
+    /// `texture_2d`, read by `textureLoad(t, xy, 0)`.
+    Sampled,
+    /// `texture_storage_2d<rgba32float or rgba32uint, read>`, read by `textureLoad(t, xy)`.
+    Storage,
+}
+
 /// Binding `binding` as `var`, an operand texture (`KernelSpec::textured`) of `f32`
-/// or `u32` texels, with `fn texel_{var}(q: u32) -> vec2<u32>`, the coordinates of its
-/// `q`-th texel (4 values or words).
-pub(crate) fn texture_binding(binding: u32, var: &str, texel: &str) -> String {
+/// or `u32` texels read as `read` says, with `fn texel_{var}(q: u32) -> vec2<u32>`, the
+/// coordinates of its `q`-th texel (4 values or words), and `fn fetch_{var}(q: u32)`,
+/// that texel.
+pub(crate) fn texture_binding(binding: u32, var: &str, texel: &str, read: TexelRead) -> String {
     const _: () = assert!(TEXTURE_WIDTH.is_power_of_two());
     let (mask, shift) = (TEXTURE_WIDTH - 1, TEXTURE_WIDTH.trailing_zeros());
+    let (ty, level) = match read {
+        TexelRead::Sampled => (format!("texture_2d<{texel}>"), ", 0"),
+        TexelRead::Storage => {
+            (format!("texture_storage_2d<rgba32{}, read>", if texel == "f32" { "float" } else { "uint" }), "")
+        }
+    };
     format!(
-        "@group(0) @binding({binding}) var {var}: texture_2d<{texel}>;\n\
-         fn texel_{var}(q: u32) -> vec2<u32> {{\n    return vec2<u32>(q & {mask}u, q >> {shift}u);\n}}\n"
+        "@group(0) @binding({binding}) var {var}: {ty};\n\
+         fn texel_{var}(q: u32) -> vec2<u32> {{\n    return vec2<u32>(q & {mask}u, q >> {shift}u);\n}}\n\
+         fn fetch_{var}(q: u32) -> vec4<{texel}> {{\n    return textureLoad({var}, texel_{var}(q){level});\n}}\n"
     )
 }
 
 /// `fn {ld8}(q: u32) -> Oct`: the `q`-th 8 floats of binding `binding`, an operand
 /// texture ([`texture_binding`]). Two texels in the same row, since the width is
 /// even.
-pub(crate) fn texture_ld8(binding: u32, var: &str, ld8: &str) -> String {
+pub(crate) fn texture_ld8(binding: u32, var: &str, ld8: &str, read: TexelRead) -> String {
     const _: () = assert!(TEXTURE_WIDTH.is_multiple_of(2));
-    texture_binding(binding, var, "f32")
-        + &format!(
-            "fn {ld8}(q: u32) -> Oct {{\n    let t = texel_{var}(2u * q);\n    \
-             return Oct(textureLoad({var}, t, 0), textureLoad({var}, t + vec2<u32>(1u, 0u), 0));\n}}\n"
-        )
+    texture_binding(binding, var, "f32", read)
+        + &format!("fn {ld8}(q: u32) -> Oct {{\n    return Oct(fetch_{var}(2u * q), fetch_{var}(2u * q + 1u));\n}}\n")
 }
 
 /// Input `k` (f32 or f16) read 4 values at a time, `fn ld{k}q(q: u32) -> vec4<f32>`:
 /// [`quad_load_or_texture`] as `in{k}`. Returns the source and whether the input is
 /// textured (then the caller sets bit `k` of `KernelSpec::textured`).
 pub(crate) fn quad_input_or_texture(k: usize, t: &Tensor, caps: &ShaderCaps) -> (String, bool) {
-    quad_load_or_texture(2 + k as u32, &format!("in{k}"), &format!("ld{k}q"), t, caps)
+    quad_load_or_texture(2 + k as u32, &format!("in{k}"), &format!("ld{k}q"), t, caps, TexelRead::Storage)
 }
 
 /// [`quad_load`] of `t` (f32 or f16) at `binding` as `var`, `fn func(q: u32) ->
-/// vec4<f32>`, from an operand texture where [`texturable`] or (f16 pairs as words)
-/// [`word_texturable`]. Returns the source and whether it reads a texture.
+/// vec4<f32>`, from an operand texture read as `read` where [`texturable`] or (f16
+/// pairs as words) [`word_texturable`]. Returns the source and whether it reads a
+/// texture.
 pub(crate) fn quad_load_or_texture(
     binding: u32,
     var: &str,
     func: &str,
     t: &Tensor,
     caps: &ShaderCaps,
+    read: TexelRead,
 ) -> (String, bool) {
     let body = if texturable(t, caps) {
-        format!("return textureLoad({var}, texel_{var}(q), 0);")
+        format!("return fetch_{var}(q);")
     } else if t.dtype() == DType::F16 && word_texturable(t, caps) {
         // Quad q is words 2q and 2q + 1: half of texel q / 2.
         format!(
-            "let t = textureLoad({var}, texel_{var}(q >> 1u), 0);\n    let w = select(t.xy, t.zw, (q & 1u) == 1u);\n    \
+            "let t = fetch_{var}(q >> 1u);\n    let w = select(t.xy, t.zw, (q & 1u) == 1u);\n    \
              return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"
         )
     } else {
         return (quad_load(binding, var, func, t.dtype()), false);
     };
     let texel = if t.dtype() == DType::F32 { "f32" } else { "u32" };
-    (texture_binding(binding, var, texel) + &format!("fn {func}(q: u32) -> vec4<f32> {{\n    {body}\n}}\n"), true)
+    (texture_binding(binding, var, texel, read) + &format!("fn {func}(q: u32) -> vec4<f32> {{\n    {body}\n}}\n"), true)
 }
 
 /// An f32 or f16 input bound as quads at `binding`, named `var` (`vec4<f32>`, or f16

@@ -229,7 +229,10 @@ impl BufferPool {
                     sample_count: 1,
                     dimension: wgpu::TextureDimension::D2,
                     format: if words { wgpu::TextureFormat::Rgba32Uint } else { wgpu::TextureFormat::Rgba32Float },
-                    usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+                    // Sampled, or read as storage (`kernels::TexelRead`).
+                    usage: wgpu::TextureUsages::TEXTURE_BINDING
+                        | wgpu::TextureUsages::STORAGE_BINDING
+                        | wgpu::TextureUsages::COPY_DST,
                     view_formats: &[],
                 })
             }
