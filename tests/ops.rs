@@ -947,6 +947,67 @@ fn wide_matmul_from_textures_and_buffers() {
 }
 
 #[test]
+fn elementwise_from_textures_and_buffers() {
+    // On CPU adapters with wide loads on a host without AVX-512, fused element-wise
+    // kernels read their f32 inputs as texels (`Form::TexelsIn`, labels ending `_tex`)
+    // unless told not to; other dtypes still load from buffers. Both paths against the
+    // reference: one texture row and several ending in a partial one, a repeated row, an
+    // i32 input beside texels, and two outputs from one kernel.
+    use common::{assert_close, private_gpu};
+    let host_avx512 = {
+        #[cfg(target_arch = "x86_64")]
+        let v = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let v = false;
+        v
+    };
+    for textures in [true, false] {
+        let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
+        let Some(dev) = private_gpu(opts) else { return };
+        let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
+        // The chain alone (a one-output kernel), then three outputs in one kernel.
+        for (k, (dims, set)) in
+            [([8usize, 64], 0), ([33, 1000], 0), ([8, 64], 1), ([33, 1000], 1)].into_iter().enumerate()
+        {
+            let build = |d: &Device| {
+                let x = rand_t(&dims, 300 + k as u64, -2.0, 2.0, d);
+                let y = rand_t(&dims, 310 + k as u64, -2.0, 2.0, d);
+                let row = rand_t(&dims[1..], 320 + k as u64, -1.0, 1.0, d);
+                let ints: Vec<i32> = (0..dims[0] * dims[1]).map(|i| (i % 7) as i32 - 3).collect();
+                let i = Tensor::from_slice(&ints, dims, d);
+                let chain = (((&x * 2.0) + 1.0).exp().tanh() * &x).relu();
+                let (a, b) = ((&x * &row) + &y, (x.exp() - &y) * i.cast(DType::F32));
+                match set {
+                    0 => vec![chain],
+                    _ => vec![chain, a, b],
+                }
+            };
+            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+            tessera::profile::start();
+            let got = tessera::read_all_blocking(&build(&dev));
+            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+            let name = format!("element-wise over {dims:?}, outputs of set {set}, textures {textures}");
+            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{name}, output {o}"), g, w, Tol::for_dtype(DType::F32));
+            }
+            // (The scheduler fuses the three outputs into one kernel.)
+            let fused: Vec<&String> =
+                labels.iter().filter(|l| l.starts_with("fused") || l.starts_with("multi")).collect();
+            let tex = fused.iter().filter(|l| l.contains("_tex")).count();
+            if !textures || !cpu_adapter {
+                assert_eq!(tex, 0, "{name}: no kernel reads textures: {labels:?}");
+            } else if !host_avx512 {
+                assert!(
+                    !fused.is_empty() && tex == fused.len(),
+                    "{name}: every element-wise kernel reads texels: {labels:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn row_kernels_attention_and_products_from_textures_and_buffers() {
     // On CPU adapters the norms, softmax, attention and the f16 and quantised products
     // read operand textures (`ShaderCaps::texture_rows`) unless told not to. Both paths against the

@@ -2,7 +2,9 @@
 //! it, down to materialised leaves, rendered into `shaders/elementwise.wgsl`.
 
 use super::codegen::{Gen, Ix};
-use super::{fold_groups, header, header_with_out, sources, storage_type, KernelSpec, ShaderCaps, Window, WG};
+use super::{
+    fold_groups, header, header_with_out, sources, storage_type, KernelSpec, ShaderCaps, TexelRead, Window, WG,
+};
 
 /// Outputs per invocation of an element-wise kernel (fewer workgroups to launch: on
 /// lavapipe a 1M-element chain runs about 1.5x faster with 4 than with 1).
@@ -114,9 +116,13 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 /// EPYC (Zen 3, AVX2), same bench, two runs each (default choice / wide): `exp` 18.4-19.7
 /// / 12.5-12.7 ms, `sigmoid` 17.7-19.2 / 12.4-12.6, `relu` 16.9-19.7 / 12.0-12.1, the
 /// chain 20.9-21.4 / 14.6-15.1, `gelu` 20.9-21.2 / 14.5, `log(abs(x) + 1)` 20.4-21.6 /
-/// 13.2-14.3; wide stores took 17-23 ms on all of these.
+/// 13.2-14.3; wide stores took 17-23 ms on all of these. Where f32 inputs fit operand
+/// textures, they go as texels ([`Form::TexelsIn`]) before that: same host, two runs each
+/// (wide / texels in, ms): `x * 2 + 1` 9.3-9.4 / 3.8-6.2, `exp` 9.8 / 4.4-4.9, `sigmoid`
+/// 9.9 / 4.7-7.9, `relu` 9.6-14.6 / 3.4-3.9, `relu(x + y)` 16.6-16.7 / 6.3-7.6, the chain
+/// 11.0-11.2 / 6.1-6.4, `gelu` 11.1 / 5.9-6.1, `x / (sqrt(abs(y)) + 1e-8)` 17.0 / 6.9-7.1.
 ///
-/// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores` forces a form where it applies
+/// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores|texels-in` forces a form where it applies
 /// (quads otherwise), for such measurements.
 fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
     const TRANSCENDENTAL: [&str; 11] =
@@ -132,6 +138,7 @@ fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
             Form::Quads => "quads",
             Form::Wide => "wide",
             Form::WideStores => "wide-stores",
+            Form::TexelsIn => "texels-in",
         };
         return form == Form::Quads || forced == name;
     }
@@ -139,6 +146,8 @@ fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
         Form::Quads => true,
         Form::WideStores => !has(&QUADS_FASTER),
         Form::Wide => caps.no_avx512 || (!has(&TRANSCENDENTAL) && !relu_alone),
+        // Measured on AVX2 hosts only (see `Form::TexelsIn`).
+        Form::TexelsIn => caps.no_avx512,
     }
 }
 
@@ -158,6 +167,14 @@ enum Form {
     /// interleaved runs on the lab's scale (wide stores, wide, quads): `exp` 552, 494,
     /// 447; `tanh` 484, 398, 412; `x * 2 + 1` 617, 721, 527. See [`suits`].
     WideStores,
+    /// [`WideStores`](Self::WideStores) with each f32 input that fits an operand
+    /// texture ([`ShaderCaps::texture_rows`]) read as two texels of a read-only storage
+    /// texture (`kernels::TexelRead`): lavapipe loads a texel inline, without the loop
+    /// over the SIMD lanes that a storage load runs, and the executor's copy into the
+    /// texture costs less than that loop. Kernel lab, 2-core Zen 3 (AVX2), 4M f32, the
+    /// chain `relu(tanh(exp(x*2+1))*x)` with its copy: 8.0-8.8 ms against 12.2-12.3 as
+    /// `vec4<u64>` in and out (two threads).
+    TexelsIn,
 }
 
 /// How a vector kernel moves values: its [`Form`] on an adapter with these caps.
@@ -173,9 +190,10 @@ impl Lanes {
     /// The forms to try for `n` elements (a multiple of 4), widest first.
     fn for_len(n: usize, caps: &ShaderCaps) -> Vec<Lanes> {
         let wide = caps.wide() && n.is_multiple_of(8);
-        [Form::Wide, Form::WideStores, Form::Quads]
+        let texels = wide && caps.texture_rows > 0;
+        [Form::TexelsIn, Form::Wide, Form::WideStores, Form::Quads]
             .into_iter()
-            .filter(|&f| f == Form::Quads || wide)
+            .filter(|&f| f == Form::Quads || (wide && (f != Form::TexelsIn || texels)))
             .map(|form| Lanes { form, caps: *caps })
             .collect()
     }
@@ -194,6 +212,11 @@ impl Lanes {
     /// Whether each input loads as two quads (wide stores).
     fn two_quads(self) -> bool {
         self.wide_out() && !self.wide_in()
+    }
+
+    /// Whether leaf `t` is read from an operand texture ([`Form::TexelsIn`]).
+    fn texels(self, t: &Tensor) -> bool {
+        self.form == Form::TexelsIn && super::texturable(t, &self.caps)
     }
 
     /// Values per invocation (per output vector).
@@ -284,24 +307,34 @@ impl Lanes {
 
     /// The loads of every leaf of `g` as vectors, declared in `src`: the parameters of
     /// `eval_out`, the statements loading vector `q` (or the permute input's `pq`, or
-    /// `q % len` of a repeated row; quads `2q` and `2q + 1` for wide stores), and per
-    /// lane the arguments that pass the leaves.
-    fn bind_leaves(self, g: &Gen, src: &mut String) -> (Vec<String>, String, Vec<String>) {
+    /// `q % len` of a repeated row; quads `2q` and `2q + 1` for wide stores), per lane
+    /// the arguments that pass the leaves, and the leaves read from textures (one bit
+    /// per leaf, `KernelSpec::textured`).
+    fn bind_leaves(self, g: &Gen, src: &mut String) -> (Vec<String>, String, Vec<String>, u32) {
         let mut params = vec!["i: u32".to_string()];
         let mut loads = String::new();
         let mut args = vec![String::new(); self.width()];
+        let mut textured = 0u32;
         for (k, t) in g.leaves.iter().enumerate() {
-            src.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
-                2 + k,
-                self.in_type(t.dtype())
-            ));
+            let texels = self.texels(t);
+            if texels {
+                src.push_str(&super::texture_binding(2 + k as u32, &format!("in{k}"), "f32", TexelRead::Storage));
+                textured |= 1 << k;
+            } else {
+                src.push_str(&format!(
+                    "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
+                    2 + k,
+                    self.in_type(t.dtype())
+                ));
+            }
             params.push(format!("p{k}: {}", super::compute_type(t.dtype())));
             // Under a permute read by quads, the leaf's quad is the permute input's `pq`.
             let q = if g.param_permuted.contains(&k) { "pq" } else { "q" };
-            let at = |v: &str| match g.param_period.get(&k) {
-                Some(slot) => format!("in{k}[{v} % m({slot}u)]"),
-                None => format!("in{k}[{v}]"),
+            let at = |v: &str| match (g.param_period.get(&k), texels) {
+                (Some(slot), false) => format!("in{k}[{v} % m({slot}u)]"),
+                (None, false) => format!("in{k}[{v}]"),
+                (Some(slot), true) => format!("fetch_in{k}({v} % m({slot}u))"),
+                (None, true) => format!("fetch_in{k}({v})"),
             };
             if self.two_quads() {
                 loads.push_str(&format!(
@@ -316,7 +349,7 @@ impl Lanes {
                 a.push_str(&format!(", {}", self.read(t.dtype(), k, c)));
             }
         }
-        (params, loads, args)
+        (params, loads, args, textured)
     }
 
     /// The output vector of `t` that stores `values`, one per lane in `t`'s compute type.
@@ -605,7 +638,10 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
         g.uses_f16 = true;
     }
     let mut src = header_with_out(g.meta.len(), lanes.out_type(dt), g.uses_f16, caps);
-    let (params, loads, args) = lanes.bind_leaves(&g, &mut src);
+    let (params, loads, args, textured) = lanes.bind_leaves(&g, &mut src);
+    if lanes.form == Form::TexelsIn && textured == 0 {
+        return Ok(None); // no input fits a texture: wide loads do better
+    }
     src.push_str(&g.support(2 + g.leaves.len() as u32));
     src.push_str(&format!(
         "fn eval_out({}) -> {} {{\n{body}    return {v};\n}}\n",
@@ -625,9 +661,10 @@ fn render_vectors(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, lanes: Lanes
     ));
     src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
     src.push_str(sources::ELEMENTWISE_VEC4);
-    let label = label(&g.ops);
+    let label = label(&g.ops) + if textured != 0 { "_tex" } else { "" };
     let workgroups = fold_groups(((n / w) as u64).div_ceil(WG as u64 * EPT as u64), caps, &label)?;
     let mut spec = g.finish(label, src, root, workgroups);
+    spec.textured = textured;
     // Trusted (no runtime bounds checks): every access is at vector `q < n / w` of the
     // output and of inputs read at its own index (which hold at least its element count),
     // or at `q % len` of a repeated row of `len` vectors; gathers never take this kernel.
@@ -715,13 +752,16 @@ fn render_multi(
     let mut src = header_with_out(g.meta.len(), elem_type(roots[0].dtype()), g.uses_f16, caps);
     // Inputs at 2.., then the further outputs.
     let leaves = g.leaves.len();
-    let (params, loads, args) = match lanes {
+    let (params, loads, args, textured) = match lanes {
         Some(l) => l.bind_leaves(&g, &mut src),
         None => {
             src.push_str(&g.leaf_decls());
-            (vec!["i: u32".to_string()], String::new(), Vec::new())
+            (vec!["i: u32".to_string()], String::new(), Vec::new(), 0)
         }
     };
+    if lanes.is_some_and(|l| l.form == Form::TexelsIn) && textured == 0 {
+        return Ok(None); // no input fits a texture: wide loads do better
+    }
     for (j, r) in roots.iter().enumerate().skip(1) {
         src.push_str(&format!(
             "@group(0) @binding({}) var<storage, read_write> out{j}: array<{}>;\n",
@@ -763,10 +803,11 @@ fn render_multi(
         src.push_str(&format!("const EPT: u32 = {EPT}u;\n"));
         src.push_str(sources::ELEMENTWISE);
     }
-    let label = format!("multi{}_{}", roots.len(), label(&g.ops));
+    let label = format!("multi{}_{}{}", roots.len(), label(&g.ops), if textured != 0 { "_tex" } else { "" });
     let per_group = WG as u64 * EPT as u64;
     let workgroups = fold_groups(((n / w) as u64).div_ceil(per_group), caps, &label)?;
     let mut spec = g.finish(label, src, &roots[0], workgroups);
+    spec.textured = textured;
     spec.extra_outputs = roots[1..].to_vec();
     // Trusted as the single-output kernels of the same form: every access is at the
     // output's own index (vector) or a repeated row's, and gathers are bounds-checked

@@ -481,11 +481,14 @@ mod tests {
             .iter()
             .all(|l| specs.iter().any(|s| s.label == *l && s.extra_aliases.len() == s.extra_outputs.len()));
             assert!(grouped || caps.max_binding == 0, "row writes over the same rows in one kernel are covered");
-            // Wide loads: every 32-bit dtype in and out, a repeated row, several outputs.
+            // Wide loads: every 32-bit dtype in and out, a repeated row, several outputs;
+            // with operand textures, f32 inputs (a repeated row too) read as texels.
             let wide: Vec<&KernelSpec> = specs.iter().filter(|s| s.source.contains("array<vec4<u64>>")).collect();
-            let covered = ["bitcast<f32>", "bitcast<i32>", "!= 0u)", "in1[q % m("]
-                .iter()
-                .all(|w| wide.iter().any(|s| s.source.contains(w)))
+            let needles: &[&str] = match caps.texture_rows > 0 {
+                true => &["bitcast<i32>", "!= 0u)", "fetch_in0(2u * q)", "fetch_in1((2u * q) % m("],
+                false => &["bitcast<f32>", "bitcast<i32>", "!= 0u)", "in1[q % m("],
+            };
+            let covered = needles.iter().all(|w| wide.iter().any(|s| s.source.contains(w)))
                 && wide.iter().any(|s| !s.extra_outputs.is_empty());
             assert_eq!(covered, caps.wide_loads, "wide element-wise kernels are covered where the caps allow them");
             let wide_mm = |kind: &str| {
