@@ -48,7 +48,14 @@ fn run() -> Result<(), String> {
     let instance = wgpu::Instance::new(desc);
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
         .map_err(|e| format!("no Vulkan adapter ({e}): install lavapipe with scripts/setup.sh"))?;
-    eprintln!("adapter: {}", adapter.get_info().name);
+    let limits = adapter.limits();
+    eprintln!(
+        "adapter: {} (per stage: {} storage buffers, {} storage textures, {} sampled textures)",
+        adapter.get_info().name,
+        limits.max_storage_buffers_per_shader_stage,
+        limits.max_storage_textures_per_shader_stage,
+        limits.max_sampled_textures_per_shader_stage
+    );
     if std::env::var("LAB_LIMITS").is_ok() {
         eprintln!("{:#?}", adapter.limits());
     }

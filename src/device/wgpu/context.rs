@@ -291,11 +291,17 @@ impl GpuContext {
         ctx.caps.no_avx512 = ctx.caps.wide_loads && !host_has_avx512();
         // Lavapipe fetches texels without its loop over the SIMD lanes: the wide matmul
         // reads operands copied into textures (2-core Zen 3, 704x1536x384 with the
-        // copies: 20 against 44 GFLOP/s in the kernel lab).
+        // copies: 20 against 44 GFLOP/s in the kernel lab). Only where every input a
+        // kernel may have (`Device::max_kernel_inputs`) can be a texture of either kind
+        // (lavapipe: 32 storage buffers, 36 storage and 37 sampled textures a stage).
+        #[cfg(not(target_arch = "wasm32"))]
+        let limits = ctx.device.limits();
         #[cfg(not(target_arch = "wasm32"))]
         if ctx.caps.wide_loads
             && switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)
-            && ctx.device.limits().max_texture_dimension_2d >= crate::kernels::TEXTURE_WIDTH
+            && limits.max_texture_dimension_2d >= crate::kernels::TEXTURE_WIDTH
+            && limits.max_storage_textures_per_shader_stage.min(limits.max_sampled_textures_per_shader_stage)
+                >= limits.max_storage_buffers_per_shader_stage.min(64)
         {
             ctx.caps.texture_rows = ctx.device.limits().max_texture_dimension_2d;
         }
