@@ -967,7 +967,7 @@ fn elementwise_from_textures_and_buffers() {
         let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
         // The chain alone (a one-output kernel), then three outputs in one kernel.
         for (k, (dims, set)) in
-            [([8usize, 64], 0), ([33, 1000], 0), ([8, 64], 1), ([33, 1000], 1)].into_iter().enumerate()
+            [([8usize, 72], 0), ([9, 1000], 0), ([8, 72], 1), ([9, 1000], 1)].into_iter().enumerate()
         {
             let build = |d: &Device| {
                 let x = rand_t(&dims, 300 + k as u64, -2.0, 2.0, d);
@@ -991,9 +991,13 @@ fn elementwise_from_textures_and_buffers() {
             for (o, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("{name}, output {o}"), g, w, Tol::for_dtype(DType::F32));
             }
-            // (The scheduler fuses the three outputs into one kernel.)
-            let fused: Vec<&String> =
-                labels.iter().filter(|l| l.starts_with("fused") || l.starts_with("multi")).collect();
+            // (The scheduler fuses the three outputs into one kernel. The profiler hears
+            // every test running at once: only this test's shapes count.)
+            let shape = format!(" {dims:?}");
+            let fused: Vec<&String> = labels
+                .iter()
+                .filter(|l| (l.starts_with("fused") || l.starts_with("multi")) && l.ends_with(&shape))
+                .collect();
             let tex = fused.iter().filter(|l| l.contains("_tex")).count();
             if !textures || !cpu_adapter {
                 assert_eq!(tex, 0, "{name}: no kernel reads textures: {labels:?}");
@@ -1002,6 +1006,54 @@ fn elementwise_from_textures_and_buffers() {
                     !fused.is_empty() && tex == fused.len(),
                     "{name}: every element-wise kernel reads texels: {labels:?}"
                 );
+            }
+        }
+    }
+}
+
+#[test]
+fn reductions_from_textures_and_buffers() {
+    // On CPU adapters with operand textures, reductions read f32 inputs as texels
+    // (`Gen::texel_leaves`, labels ending `_tex`) unless told not to. Both paths against
+    // the reference: over the last, a middle and every axis, a fused product, short
+    // (unrolled) and long reductions, max and argmax.
+    use common::{assert_close, private_gpu};
+    for textures in [true, false] {
+        let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
+        let Some(dev) = private_gpu(opts) else { return };
+        let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
+        for (k, dims) in [[3usize, 7, 12], [6, 31, 1000]].into_iter().enumerate() {
+            let build = |d: &Device| {
+                let x = rand_t(&dims, 330 + k as u64, -2.0, 2.0, d);
+                let y = rand_t(&dims, 340 + k as u64, -2.0, 2.0, d);
+                vec![
+                    x.sum(&[-1], false),
+                    (&x * &y).sum(&[1], true),
+                    x.sum(&[0, 1, 2], false),
+                    x.max(&[1], false),
+                    x.argmax(&[-1], false).cast(DType::F32),
+                ]
+            };
+            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+            tessera::profile::start();
+            let got = tessera::read_all_blocking(&build(&dev));
+            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+            let name = format!("reductions over {dims:?}, textures {textures}");
+            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tol = Tol::for_dtype(DType::F32).scaled(dims.iter().product());
+                assert_close(&format!("{name}, output {o}"), g, w, tol);
+            }
+            // (The profiler hears every test running at once: only this test's shapes
+            // count, those of the sums over the last and the middle axis.)
+            let shapes = [format!(" [{}, {}, 1]", dims[0], dims[1]), format!(" [{}, 1, {}]", dims[0], dims[2])];
+            let reduces: Vec<&String> =
+                labels.iter().filter(|l| l.starts_with("reduce") && shapes.iter().any(|s| l.ends_with(s))).collect();
+            let tex = reduces.iter().filter(|l| l.contains("_tex")).count();
+            if !textures || !cpu_adapter {
+                assert_eq!(tex, 0, "{name}: no reduction reads textures: {labels:?}");
+            } else {
+                assert!(tex == 4 && reduces.len() == 4, "{name}: the reductions read texels: {labels:?}");
             }
         }
     }

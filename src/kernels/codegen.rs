@@ -187,6 +187,10 @@ pub(crate) struct Gen<'a> {
     /// then share the divisions by them).
     node_slots: HashMap<(u64, &'static str, usize), String>,
     node_scalars: HashMap<(u64, ScalarField), String>,
+    /// Read f32 leaves that fit an operand texture and are read through no window as
+    /// texels of read-only storage textures (`TexelRead::Storage`; see
+    /// [`Gen::texel_bits`]), where `ShaderCaps::texture_rows` allows.
+    pub texel_leaves: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -233,7 +237,21 @@ impl<'a> Gen<'a> {
             value_leaf: None,
             value_misread: false,
             quad_reads: Default::default(),
+            texel_leaves: false,
         }
+    }
+
+    /// Whether leaf `k` is declared an operand texture ([`Gen::texel_leaves`]).
+    fn texel_leaf(&self, k: usize) -> bool {
+        self.texel_leaves
+            && !self.emit_windows
+            && self.leaf_qoff[k].is_none()
+            && super::texturable(&self.leaves[k], &self.caps)
+    }
+
+    /// The leaves declared operand textures, one bit each (`KernelSpec::textured`).
+    pub fn texel_bits(&self) -> u32 {
+        (0..self.leaves.len()).filter(|&k| self.texel_leaf(k)).fold(0, |b, k| b | 1 << k)
     }
 
     /// [`Gen::scalar`] for field `field` of node `t`, recorded so a replayed plan can
@@ -601,6 +619,18 @@ impl<'a> Gen<'a> {
     pub fn leaf_decls(&self) -> String {
         let mut s = String::new();
         for (k, t) in self.leaves.iter().enumerate() {
+            if self.texel_leaf(k) {
+                let var = format!("in{k}");
+                s.push_str(&super::texture_binding(
+                    self.binding_base + k as u32,
+                    &var,
+                    "f32",
+                    super::TexelRead::Storage,
+                ));
+                s.push_str(&format!("fn ld{k}q(q: u32) -> vec4<f32> {{\n    return fetch_{var}(q);\n}}\n"));
+                s.push_str(&format!("fn ld{k}(i: u32) -> f32 {{\n    return fetch_{var}(i >> 2u)[i & 3u];\n}}\n"));
+                continue;
+            }
             if self.leaf_quad[k] {
                 s.push_str(&super::quad_load(
                     self.binding_base + k as u32,

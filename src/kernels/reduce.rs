@@ -77,6 +77,7 @@ fn render_with(
     // form runs only where every tensor fits one binding.
     g.windows = !unroll;
     g.check_all_windows = !unroll;
+    g.texel_leaves = true;
 
     // Output coordinates from o, reduced coordinates from r, merged into x's coordinates.
     let oc = g.coords(&Ix::lin("o"), root);
@@ -161,7 +162,9 @@ fn render_with(
         (false, false) => sources::REDUCE,
     });
 
-    let label = format!("reduce_{}_{}", format!("{op:?}").to_lowercase(), x.dtype());
+    let textured = g.texel_bits();
+    let tex = if textured != 0 { "_tex" } else { "" };
+    let label = format!("reduce_{}_{}{tex}", format!("{op:?}").to_lowercase(), x.dtype());
     let groups = if small { (n_out as u64).div_ceil(WG as u64) } else { n_out as u64 };
     let workgroups = fold_groups(groups, caps, &label)?;
     // Over trailing axes, a run of outputs reads one contiguous run of the input, so
@@ -170,6 +173,7 @@ fn render_with(
     let input_base = if trailing { g.window_bases(x.numel()) } else { vec![None; g.leaves.len()] };
     let gather = g.gather_slots();
     let mut spec = g.finish(label, src, root, workgroups);
+    spec.textured = textured;
     spec.window = Some(super::Window {
         first: 2,
         out_base: 3,
