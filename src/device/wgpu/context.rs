@@ -303,7 +303,7 @@ impl GpuContext {
             && limits.max_storage_textures_per_shader_stage.min(limits.max_sampled_textures_per_shader_stage)
                 >= limits.max_storage_buffers_per_shader_stage.min(64)
         {
-            ctx.caps.texture_rows = ctx.device.limits().max_texture_dimension_2d;
+            ctx.caps.texture_rows = limits.max_texture_dimension_2d;
         }
         // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
         // which naga's front-end (and so wgpu's native path) refuses.
