@@ -888,11 +888,26 @@ fn wide_matmul_shapes() {
 /// one (1,024 texels a row: A of 1,000 x 8 holds one row and 976 texels, of 100 x 256
 /// six rows and 256), a batched A, a batched B^T read at per-batch offsets, and an
 /// epilogue.
+/// `build` on the reference and on `dev`, every output compared at `tol`; returns the
+/// labels of the kernels the profiler heard while `dev` ran (it hears every test running
+/// at once, so callers pick out their own).
+fn check_profiled(name: &str, dev: &Device, tol: Tol, build: impl Fn(&Device) -> Vec<Tensor>) -> Vec<String> {
+    let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
+    tessera::profile::start();
+    let got = tessera::read_all_blocking(&build(dev));
+    let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
+    let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+        common::assert_close(&format!("{name}, output {o}"), g, w, tol);
+    }
+    labels
+}
+
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
     // Operands and epilogue leaves (a bias and a residual) from textures or buffers, and
     // one tensor as both operands.
-    use common::{assert_close, private_gpu};
+    use common::private_gpu;
     let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1000, 8], &[8, 64], false),
         (&[100, 256], &[256, 136], false),
@@ -920,16 +935,8 @@ fn wide_matmul_from_textures_and_buffers() {
                 // (x @ x^T binds one tensor as A, sampled, and as B, read as storage.)
                 vec![x.matmul(&y), (x.matmul(&y) + &bias).gelu() + &res, x.matmul(&x.transpose(-1, -2))]
             };
-            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-            tessera::profile::start();
-            let got = tessera::read_all_blocking(&build(&dev));
-            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
             let name = format!("wide matmul {a:?} @ {b:?}, textures {textures}");
-            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
-            let tol = Tol::for_dtype(DType::F32).scaled(a[a.len() - 1]);
-            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_close(&format!("{name}, output {o}"), g, w, tol);
-            }
+            let labels = check_profiled(&name, &dev, Tol::for_dtype(DType::F32).scaled(a[a.len() - 1]), build);
             if let Some(l) = expect {
                 let ran = labels.iter().filter(|x| x.starts_with(l)).count();
                 assert!(ran >= 1, "{name}: expected a kernel named {l}: {labels:?}");
@@ -953,7 +960,7 @@ fn elementwise_from_textures_and_buffers() {
     // unless told not to; other dtypes still load from buffers. Both paths against the
     // reference: one texture row and several ending in a partial one, a repeated row, an
     // i32 input beside texels, and two outputs from one kernel.
-    use common::{assert_close, private_gpu};
+    use common::private_gpu;
     let host_avx512 = {
         #[cfg(target_arch = "x86_64")]
         let v = std::arch::is_x86_feature_detected!("avx512f");
@@ -982,15 +989,8 @@ fn elementwise_from_textures_and_buffers() {
                     _ => vec![chain, a, b],
                 }
             };
-            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-            tessera::profile::start();
-            let got = tessera::read_all_blocking(&build(&dev));
-            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
             let name = format!("element-wise over {dims:?}, outputs of set {set}, textures {textures}");
-            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
-            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_close(&format!("{name}, output {o}"), g, w, Tol::for_dtype(DType::F32));
-            }
+            let labels = check_profiled(&name, &dev, Tol::for_dtype(DType::F32), build);
             // (The scheduler fuses the three outputs into one kernel. The profiler hears
             // every test running at once: only this test's shapes count.)
             let shape = format!(" {dims:?}");
@@ -1017,7 +1017,7 @@ fn reductions_from_textures_and_buffers() {
     // (`Gen::texel_leaves`, labels ending `_tex`) unless told not to. Both paths against
     // the reference: over the last, a middle and every axis, a fused product, short
     // (unrolled) and long reductions, max and argmax.
-    use common::{assert_close, private_gpu};
+    use common::private_gpu;
     for textures in [true, false] {
         let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
         let Some(dev) = private_gpu(opts) else { return };
@@ -1034,16 +1034,8 @@ fn reductions_from_textures_and_buffers() {
                     x.argmax(&[-1], false).cast(DType::F32),
                 ]
             };
-            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-            tessera::profile::start();
-            let got = tessera::read_all_blocking(&build(&dev));
-            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
             let name = format!("reductions over {dims:?}, textures {textures}");
-            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
-            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                let tol = Tol::for_dtype(DType::F32).scaled(dims.iter().product());
-                assert_close(&format!("{name}, output {o}"), g, w, tol);
-            }
+            let labels = check_profiled(&name, &dev, Tol::for_dtype(DType::F32).scaled(dims.iter().product()), build);
             // (The profiler hears every test running at once: only this test's shapes
             // count, those of the sums over the last and the middle axis.)
             let shapes = [format!(" [{}, {}, 1]", dims[0], dims[1]), format!(" [{}, 1, {}]", dims[0], dims[2])];
@@ -1066,7 +1058,7 @@ fn row_kernels_attention_and_products_from_textures_and_buffers() {
     // reference: inputs within one texture row, and over several rows ending in a
     // partial one (4,096 floats a row); attention by the per-query kernel (up to 24
     // keys) and the wide one, with a mask and stored with its heads merged.
-    use common::{assert_close, private_gpu};
+    use common::private_gpu;
     // (The profiler is shared with tests running beside this one, so each case looks for
     // the kernel it expects, by name.)
     type Build = fn(&Device) -> Vec<Tensor>;
@@ -1122,16 +1114,9 @@ fn row_kernels_attention_and_products_from_textures_and_buffers() {
         let Some(dev) = private_gpu(opts) else { return };
         let cpu_adapter = dev.info().device_type == "Cpu" && dev.capabilities().subgroups;
         for (name, kernel, build) in cases {
-            let want = tessera::read_all_blocking(&build(&Device::reference())).unwrap();
-            tessera::profile::start();
-            let got = tessera::read_all_blocking(&build(&dev));
-            let labels: Vec<String> = tessera::profile::stop().into_iter().map(|k| k.label).collect();
             let name = format!("{name}, textures {textures}");
-            let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
             let tol = Tol::for_dtype(if name.starts_with("f16") { DType::F16 } else { DType::F32 }).scaled(64);
-            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_close(&format!("{name}, output {o}"), g, w, tol);
-            }
+            let labels = check_profiled(&name, &dev, tol, build);
             if cpu_adapter {
                 let ran = labels.iter().any(|l| l.starts_with(kernel) && l.contains("_tex") == textures);
                 assert!(

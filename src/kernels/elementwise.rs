@@ -193,7 +193,11 @@ impl Lanes {
         let texels = wide && caps.texture_rows > 0;
         [Form::TexelsIn, Form::Wide, Form::WideStores, Form::Quads]
             .into_iter()
-            .filter(|&f| f == Form::Quads || (wide && (f != Form::TexelsIn || texels)))
+            .filter(|&f| match f {
+                Form::Quads => true,
+                Form::TexelsIn => texels,
+                Form::Wide | Form::WideStores => wide,
+            })
             .map(|form| Lanes { form, caps: *caps })
             .collect()
     }
