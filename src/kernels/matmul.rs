@@ -384,6 +384,16 @@ pub fn render(
         && (!trans_a || m % 4 == 0)
         && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0")
         && std::env::var("TESSERA_MATMUL_QUANT_SUBGROUP").as_deref() != Ok("0");
+    // Where the adapter reads f32 A and the weight's words from textures, the wide kernel
+    // takes the quantised weight instead, dequantising 8 values per load (`quant_ld8`):
+    // its tiles and B's k-steps as for f32 weights, with one scale and one or two words per
+    // load.
+    let quant_wide = quant_subgroup
+        && caps.wide()
+        && !trans_a
+        && super::texturable(&a, caps)
+        && super::word_texturable(&b, caps)
+        && std::env::var("TESSERA_MATMUL_QUANT_WIDE").as_deref() != Ok("0");
     let gemv = !quant_subgroup
         && (m <= 8 || (caps.direct_matmul && b.dtype().is_quantized()))
         && a.dtype() == DType::F32
@@ -419,18 +429,19 @@ pub fn render(
     // Its wide form: f32 operands loaded 8 values at a time (`matmul_direct_wide.wgsl`).
     let wide = subgroup
         && caps.wide()
-        && !quant_subgroup
-        && a.dtype() == DType::F32
-        && b.dtype() == DType::F32
-        && !trans_a
-        && m > 8
-        && k % 8 == 0
-        && (trans_b || n % 8 == 0)
+        && (quant_wide
+            || (!quant_subgroup
+                && a.dtype() == DType::F32
+                && b.dtype() == DType::F32
+                && !trans_a
+                && m > 8
+                && k % 8 == 0
+                && (trans_b || n % 8 == 0)))
         && std::env::var("TESSERA_MATMUL_WIDE").as_deref() != Ok("0");
     // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`,
     // native only: the npm package's size budget): every binding's bytes in whole texels
     // and within the texture's rows.
-    let textured = wide && [&a, &b].iter().all(|t| super::texturable(t, caps));
+    let textured = wide && (quant_wide || [&a, &b].iter().all(|t| super::texturable(t, caps)));
     // The other direct kernels take each operand that fits from a texture too: f32 quads,
     // f16 pairs and quantised blocks as 32-bit words.
     let mut tex_bits = if textured { 0b11 } else { 0 };
@@ -443,6 +454,14 @@ pub fn render(
         // B, loaded once per k-step for all the tile's rows, reads its texture as
         // storage; A, loaded among the rows' work, as sampled (`TexelRead`).
         let read = if i == 1 { TexelRead::Storage } else { TexelRead::Sampled };
+        // (Native only, as operand textures are: the npm package's size budget.)
+        #[cfg(not(target_arch = "wasm32"))]
+        if textured && t.dtype().is_quantized() {
+            src.push_str(&super::texture_binding(binding, &var, "u32", read));
+            src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return fetch_{var}(w >> 2u)[w & 3u];\n}}\n"));
+            src.push_str(&quant_ld8(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
+            continue;
+        }
         if textured {
             src.push_str(&super::texture_ld8(binding, &var, &format!("ld8_{name}"), read));
             continue;
@@ -843,6 +862,34 @@ fn quant_ld4(dtype: DType, qoff: &str) -> String {
         )
     };
     format!("fn ld4_b(i: u32) -> vec4<f32> {{\n{scale}{body}}}\n")
+}
+
+/// WGSL `ld8_b(q: u32) -> Oct` for the wide kernel over a quantised weight read as words
+/// (`word_b`: scales, then quants from word `qoff`): values `8q .. 8q + 7` of the weight
+/// in row-major order, dequantised. K % 32 == 0, so the eight lie in one block: block
+/// `q / 4`, its 8-value group `q % 4`.
+#[cfg(not(target_arch = "wasm32"))]
+fn quant_ld8(dtype: DType, qoff: &str) -> String {
+    let scale = "    let blk = q >> 2u;\n    let s = unpack2x16float(word_b(blk >> 1u))[blk & 1u];\n";
+    let body = if dtype == DType::Q8_0 {
+        // Q8_0: the group's 8 bytes are words 2q and 2q + 1, four signed bytes each.
+        format!(
+            "    return Oct(i8x4(word_b({qoff} + 2u * q)) * s, i8x4(word_b({qoff} + 2u * q + 1u)) * s);\n}}\n\
+             fn i8x4(w: u32) -> vec4<f32> {{\n    \
+             return vec4<f32>(vec4<i32>(bitcast<i32>(w << 24u), bitcast<i32>(w << 16u), bitcast<i32>(w << 8u), bitcast<i32>(w)) >> vec4<u32>(24u));\n"
+        )
+    } else {
+        // Q4_0: 16 bytes, byte j holding value j in its low nibble and j + 16 in its high:
+        // groups 0 and 1 are the low nibbles of words 0-1 and 2-3, groups 2 and 3 the high.
+        format!(
+            "    let g = q & 3u;\n    let at = {qoff} + blk * 4u + 2u * (g & 1u);\n    \
+             let sh = select(0u, 4u, g >= 2u);\n    \
+             return Oct(u4x4(word_b(at) >> sh) * s, u4x4(word_b(at + 1u) >> sh) * s);\n}}\n\
+             fn u4x4(w: u32) -> vec4<f32> {{\n    \
+             return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u)) - 8.0;\n"
+        )
+    };
+    format!("fn ld8_b(q: u32) -> Oct {{\n{scale}{body}}}\n")
 }
 
 /// What the GEMV kernels' block dot products share per weight format: a block's f16
