@@ -1067,7 +1067,8 @@ fn row_kernels_attention_and_products_from_textures_and_buffers() {
         rand_t(&[20, 64], 24, -1.0, 1.0, d).matmul(&Tensor::from_quantized(dt, [72, 64], &w, d).t())
     }
     let cases: [(&str, &str, Build); 9] = [
-        // f16 pairs and quantised blocks as words (`rgba32uint`).
+        // f16 pairs and quantised blocks as words (`rgba32uint`), 8 values a texel in the
+        // wide kernel.
         ("f16 product", "matmul_direct4sg_f16", |d| {
             let (x, w) = (rand_t(&[20, 64], 21, -1.0, 1.0, d), rand_t(&[64, 40], 22, -1.0, 1.0, d));
             vec![x.cast(DType::F16).matmul(&w.cast(DType::F16)).cast(DType::F32)]
@@ -1118,7 +1119,13 @@ fn row_kernels_attention_and_products_from_textures_and_buffers() {
             let tol = Tol::for_dtype(if name.starts_with("f16") { DType::F16 } else { DType::F32 }).scaled(64);
             let labels = check_profiled(&name, &dev, tol, build);
             if cpu_adapter {
-                let ran = labels.iter().any(|l| l.starts_with(kernel) && l.contains("_tex") == textures);
+                // The f16 and quantised products take the wide kernel where it reads
+                // textures (`matmul_direct8tex_*`), the quad one otherwise.
+                let wide = kernel.strip_prefix("matmul_direct4sg").filter(|_| textures);
+                let ran = labels.iter().any(|l| match wide {
+                    Some(rest) => l.starts_with(&format!("matmul_direct8tex{rest}")),
+                    None => l.starts_with(kernel) && l.contains("_tex") == textures,
+                });
                 assert!(
                     ran,
                     "{name}: expected {kernel}* {} textures: {labels:?}",

@@ -427,12 +427,21 @@ pub fn render(
         && caps.subgroup_min >= 8
         && std::env::var("TESSERA_MATMUL_SUBGROUP").as_deref() != Ok("0");
     // Its wide form: f32 operands loaded 8 values at a time (`matmul_direct_wide.wgsl`).
+    // f16 products too (f32 sums), where both operands are read as words from textures
+    // (one texel holds 8 halves) and the epilogue is stored a quad at a time: one that
+    // reads an f16 leaf element by element ran slower over the wide kernel's tall tiles
+    // (MiniLM's FFN-up with its f16 bias, 704 rows: 69-81 against 63-65 ms).
+    let half_wide = cfg!(not(target_arch = "wasm32"))
+        && !st.per_element
+        && a.dtype() == DType::F16
+        && b.dtype() == DType::F16
+        && [&a, &b].iter().all(|t| super::word_texturable(t, caps))
+        && std::env::var("TESSERA_MATMUL_HALF_WIDE").as_deref() != Ok("0");
     let wide = subgroup
         && caps.wide()
         && (quant_wide
             || (!quant_subgroup
-                && a.dtype() == DType::F32
-                && b.dtype() == DType::F32
+                && ((a.dtype() == DType::F32 && b.dtype() == DType::F32) || half_wide)
                 && !trans_a
                 && m > 8
                 && k % 8 == 0
@@ -441,7 +450,7 @@ pub fn render(
     // Its operands read from textures where the adapter allows (`ShaderCaps::texture_rows`,
     // native only: the npm package's size budget): every binding's bytes in whole texels
     // and within the texture's rows.
-    let textured = wide && (quant_wide || [&a, &b].iter().all(|t| super::texturable(t, caps)));
+    let textured = wide && (quant_wide || half_wide || [&a, &b].iter().all(|t| super::texturable(t, caps)));
     // The other direct kernels take each operand that fits from a texture too: f32 quads,
     // f16 pairs and quantised blocks as 32-bit words.
     let mut tex_bits = if textured { 0b11 } else { 0 };
@@ -460,6 +469,16 @@ pub fn render(
             src.push_str(&super::texture_binding(binding, &var, "u32", read));
             src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return fetch_{var}(w >> 2u)[w & 3u];\n}}\n"));
             src.push_str(&quant_ld8(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
+            continue;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if textured && t.dtype() == DType::F16 {
+            src.push_str(&super::texture_binding(binding, &var, "u32", read));
+            src.push_str(&format!(
+                "fn ld8_{name}(q: u32) -> Oct {{\n    let w = fetch_{var}(q);\n    \
+                 return Oct(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), \
+                 vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));\n}}\n"
+            ));
             continue;
         }
         if textured {

@@ -530,10 +530,10 @@ mod tests {
                     .all(|l| specs.iter().any(|s| s.label.starts_with(l)))
                     && specs.iter().any(|s| s.label.contains("_wide") && s.label.contains("_tex"))
                     && ["f16_", "q8_0_", "q4_0_"].iter().all(|d| {
-                        // Quantised weights go through the wide kernel where it exists.
-                        let wide_quant = caps.wide_loads && *d != "f16_";
-                        specs.iter().any(|s| match wide_quant {
-                            true => s.label.starts_with("matmul_direct8tex_f32_") && s.label.contains(d),
+                        // f16 and quantised weights go through the wide kernel where it
+                        // exists.
+                        specs.iter().any(|s| match caps.wide_loads {
+                            true => s.label.starts_with("matmul_direct8tex_") && s.label.contains(d),
                             false => {
                                 s.label.starts_with("matmul_direct4") && s.label.contains(d) && s.label.contains("_tex")
                             }
