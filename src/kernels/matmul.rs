@@ -530,7 +530,9 @@ pub fn render(
         ));
         (8, 8, 128, 128)
     } else if wide {
-        wide_tiles(m, n, batch, caps.no_avx512, &mut src)
+        // Tall tiles only for f32 operands: their kernels compile in 10-30 s on lavapipe,
+        // which f16 and quantised weights would pay again per dtype.
+        wide_tiles(m, n, batch, caps.no_avx512 && !quant_wide && !half_wide, &mut src)
     } else if subgroup {
         subgroup_tiles(m, n, batch, caps, &mut src)
     } else {
