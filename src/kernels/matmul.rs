@@ -429,8 +429,8 @@ pub fn render(
     // Its wide form: f32 operands loaded 8 values at a time (`matmul_direct_wide.wgsl`).
     // f16 products too (f32 sums), where both operands are read as words from textures
     // (one texel holds 8 halves) and the epilogue is stored a quad at a time: one that
-    // reads an f16 leaf element by element ran slower over the wide kernel's tall tiles
-    // (MiniLM's FFN-up with its f16 bias, 704 rows: 69-81 against 63-65 ms).
+    // reads an f16 leaf element by element ran slower in the wide kernel (MiniLM's FFN-up
+    // with its f16 bias, 704 rows, on 88-row tiles: 69-81 against 63-65 ms).
     let half_wide = cfg!(not(target_arch = "wasm32"))
         && !st.per_element
         && a.dtype() == DType::F16
