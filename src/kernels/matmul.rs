@@ -463,14 +463,23 @@ pub fn render(
         // B, loaded once per k-step for all the tile's rows, reads its texture as
         // storage; A, loaded among the rows' work, as sampled (`TexelRead`).
         let read = if i == 1 { TexelRead::Storage } else { TexelRead::Sampled };
-        // (Native only, as operand textures are: the npm package's size budget.)
-        #[cfg(not(target_arch = "wasm32"))]
-        if textured && t.dtype().is_quantized() {
+        if t.dtype().is_quantized() && (textured || (vec4 && caps.direct_matmul && super::word_texturable(t, caps))) {
+            // Quantised blocks as words of an `rgba32uint` texture, dequantised 8 values a
+            // load by the wide kernel and 4 by the quad one.
             src.push_str(&super::texture_binding(binding, &var, "u32", read));
             src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return fetch_{var}(w >> 2u)[w & 3u];\n}}\n"));
-            src.push_str(&quant_ld8(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
+            let qoff = qoff[i].as_deref().unwrap_or("0u");
+            // (The wide form native only, as operand textures are: the npm package's size
+            // budget.)
+            #[cfg(not(target_arch = "wasm32"))]
+            let ld = if textured { quant_ld8(t.dtype(), qoff) } else { quant_ld4(t.dtype(), qoff) };
+            #[cfg(target_arch = "wasm32")]
+            let ld = quant_ld4(t.dtype(), qoff);
+            src.push_str(&ld);
+            tex_bits |= 1 << i;
             continue;
         }
+        // (Native only, as operand textures are: the npm package's size budget.)
         #[cfg(not(target_arch = "wasm32"))]
         if textured && t.dtype() == DType::F16 {
             src.push_str(&super::texture_binding(binding, &var, "u32", read));
@@ -502,14 +511,6 @@ pub fn render(
             };
             src.push_str(&load);
             tex_bits |= u32::from(tex) << i;
-            continue;
-        }
-        if vec4 && caps.direct_matmul && super::word_texturable(t, caps) {
-            // Quantised blocks as words of an `rgba32uint` texture.
-            src.push_str(&super::texture_binding(binding, &var, "u32", read));
-            src.push_str(&format!("fn word_{name}(w: u32) -> u32 {{\n    return fetch_{var}(w >> 2u)[w & 3u];\n}}\n"));
-            src.push_str(&quant_ld4(t.dtype(), qoff[i].as_deref().unwrap_or("0u")));
-            tex_bits |= 1 << i;
             continue;
         }
         let ty = if vec4 { "u32" } else { storage_type(t.dtype(), caps) };
