@@ -70,20 +70,31 @@ impl Drop for PooledBuffer {
 #[cfg(not(target_arch = "wasm32"))]
 const TEXTURE_ROW_BYTES: u64 = TEXTURE_WIDTH as u64 * 16;
 
-/// Round a texture's rows up to its class: 1, 2, then powers of two and 1.5x powers
-/// of two, at most `max`.
+/// Round a texture's rows up to its class: 3, then 1.5x powers of two and powers of two
+/// plus one, at most `max` (one row less where `max` is a power of two and `rows` fits).
+/// No class is a power of two. llvmpipe (lavapipe) compiles a kernel anew for every
+/// combination of its textures' power-of-two sizes (`pot_width`/`pot_height` in its
+/// sampler state), and a tall matmul takes 10 to 40 s to compile: with heights of 64 or
+/// 128 rows among 48 or 96, MiniLM's batch of 12 or 24 sentences recompiled its
+/// products where 16 and 32 did not (a server stalled on each new batch size).
 #[cfg(not(target_arch = "wasm32"))]
 fn rows_class(rows: u32, max: u32) -> u32 {
     let p = rows.max(1).next_power_of_two();
     let mid = p / 4 * 3;
-    (if rows <= 2 {
-        rows.max(1)
+    let class = if rows <= 3 {
+        3
     } else if rows <= mid {
         mid
     } else {
-        p
-    })
-    .min(max)
+        p + 1
+    };
+    if class < max {
+        class
+    } else if max.is_power_of_two() && rows < max {
+        max - 1
+    } else {
+        max
+    }
 }
 
 /// A pooled operand texture; dropping it returns it to its pool (its height is its
@@ -293,9 +304,21 @@ mod tests {
     #[test]
     fn texture_row_classes_cover_and_stop_at_the_limit() {
         use super::rows_class;
-        let got: Vec<u32> = [0, 1, 2, 3, 4, 5, 7, 100, 16384].iter().map(|&r| rows_class(r, 16384)).collect();
-        assert_eq!(got, [1, 1, 2, 3, 4, 6, 8, 128, 16384]);
-        assert_eq!(rows_class(13000, 16384), 16384);
+        let got: Vec<u32> = [0, 1, 2, 3, 4, 5, 7, 8, 100, 16384].iter().map(|&r| rows_class(r, 16384)).collect();
+        assert_eq!(got, [3, 3, 3, 3, 5, 6, 9, 9, 129, 16384]);
+        assert_eq!(rows_class(13000, 16384), 16383);
         assert_eq!(rows_class(16000, 12000), 12000);
+        // Every class holds its rows, wastes at most half of them plus a row, and is no power
+        // of two below the limit: one texture state per kernel on llvmpipe.
+        for rows in 1..=20000u32 {
+            let c = rows_class(rows, 16384);
+            if rows <= 16384 {
+                assert!(c >= rows, "{rows} -> {c}");
+            }
+            if rows < 16384 {
+                assert!(!c.is_power_of_two(), "{rows} -> {c}");
+                assert!(rows <= 3 || c <= rows + rows / 2 + 1, "{rows} -> {c}");
+            }
+        }
     }
 }
