@@ -954,6 +954,35 @@ fn wide_matmul_from_textures_and_buffers() {
 }
 
 #[test]
+fn products_after_the_warm_rows_compile_no_kernel() {
+    // `matmul::warm_rows` gives one row count per tall tile height: a product run at
+    // each, and at each multiple of 8 below 128, has compiled every kernel a product of
+    // up to that many rows takes, so a server that runs them at load never makes a batch
+    // wait for a compile (10 to 40 s for a tall tile on lavapipe). Counts between and
+    // past them, against the engine's compile counter. A private device: another test's
+    // products would not change the count, but its own pipelines would.
+    use common::private_gpu;
+    let Some(dev) = private_gpu(tessera::DeviceOptions::default()) else { return };
+    let (k, n, most) = (64, 136, 1100);
+    let w = rand_t(&[n, k], 240, -1.0, 1.0, &dev);
+    let run = |m: usize| {
+        let x = rand_t(&[m, k], m as u64, -1.0, 1.0, &dev);
+        (x.matmul(&w.transpose(0, 1)) + 1.0).realize_blocking().unwrap_or_else(|e| panic!("{m} rows: {e}"));
+    };
+    let warm = tessera::kernels::matmul::warm_rows(most);
+    assert!(!warm.is_empty(), "no tall heights below {most} rows");
+    for m in (8..128).step_by(8).chain(warm) {
+        run(m);
+    }
+    let before = dev.stats().pipelines_compiled;
+    for m in [128, 130, 150, 177, 200, 257, 333, 500, 640, 704, 768, 1000, most] {
+        run(m);
+        let compiled = dev.stats().pipelines_compiled - before;
+        assert_eq!(compiled, 0, "{m} rows compiled {compiled} kernels after the warm rows");
+    }
+}
+
+#[test]
 fn elementwise_from_textures_and_buffers() {
     // On CPU adapters with wide loads on a host without AVX-512, fused element-wise
     // kernels read their f32 inputs as texels (`Form::TexelsIn`, labels ending `_tex`)

@@ -28,6 +28,9 @@ pub struct BatchConfig {
     pub max_batch_tokens: usize,
     /// Requests waiting at most; past it, submissions are refused (429).
     pub queue_capacity: usize,
+    /// Whether a version's warm-up compiles the kernels of every batch size
+    /// ([`crate::model::Runner::warm_up`]), or runs one input.
+    pub warm_batches: bool,
 }
 
 /// Why an item failed.

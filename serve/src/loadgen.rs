@@ -144,6 +144,9 @@ fn spawn(a: &LoadgenArgs, serve: &ServeArgs, max_batch_size: usize) -> Res<Spawn
     for (flag, value) in batching {
         cmd.args([flag, value.as_str()]);
     }
+    if serve.quick_warm_up {
+        cmd.arg("--quick-warm-up");
+    }
     if let Some(d) = &a.device {
         cmd.args(["--device", d]);
     }

@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// Load every version at start (default: the newest of each model, made live).
     #[arg(long, global = true)]
     load_all: bool,
+    /// Warm a version up with one input only: it goes live sooner, but on a CPU adapter a
+    /// batch of a size not seen before may wait while its kernels compile (10 to 40 s
+    /// the first time on a machine). By default the warm-up also runs the row counts
+    /// that reach every slowly compiled kernel.
+    #[arg(long, global = true)]
+    quick_warm_up: bool,
     /// The canary guard's floor for the mean cosine of embeddings to the live version.
     #[arg(long, default_value_t = 0.99, global = true)]
     guard_min_cosine: f64,
@@ -149,6 +155,7 @@ pub fn build_registry(a: &ServeArgs) -> Res<Arc<state::Registry>> {
         quiet: Duration::from_millis(a.batch_quiet_ms),
         max_batch_tokens: a.max_batch_tokens.max(1),
         queue_capacity: a.queue_capacity.max(1),
+        warm_batches: !a.quick_warm_up,
     };
     let guard = state::GuardConfig {
         min_cosine: a.guard_min_cosine,

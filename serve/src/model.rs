@@ -122,6 +122,10 @@ pub enum Runner {
     },
 }
 
+/// The longest sequence the warm-up runs: the tall tile heights are reached below it
+/// (from 128 to 177 rows), and the ONNX embedder's tokenizer stops at 256.
+pub const WARM_SEQ: usize = 256;
+
 /// Most items one recommendation request may ask for (top-k's limit).
 pub const MAX_K: usize = 64;
 
@@ -319,6 +323,44 @@ impl Runner {
                 Ok(vals.into_iter().map(|v| Output::Classes(v.into_iter().map(|x| x as f32).collect())).collect())
             }
         }
+    }
+
+    /// Run the model on a warm-up input and, with `tall`, once per row count of
+    /// [`tessera::kernels::matmul::warm_rows`] up to the largest batch the batcher forms
+    /// (`max_batch_tokens` word pieces of text, at most [`WARM_SEQ`] in one sequence, or
+    /// `max_batch_size` other inputs): the product kernels that take long to compile (10
+    /// to 40 s each on lavapipe) are then ready before the version goes live, where a
+    /// batch of a new size used to wait for them. Returns the runs.
+    pub fn warm_up(&self, tall: bool, max_batch_size: usize, max_batch_tokens: usize) -> Result<usize> {
+        let warm = self.prepare(self.warm_input())?;
+        self.run(std::slice::from_ref(&warm))?;
+        let mut runs = 1;
+        if !tall {
+            return Ok(runs);
+        }
+        let item = |tokens: Option<Vec<u32>>| Prepared {
+            cost: tokens.as_ref().map_or(1, Vec::len),
+            tokens,
+            input: warm.input.clone(),
+        };
+        match &warm.tokens {
+            // [CLS], a word piece repeated, [SEP]: one sequence of m pieces.
+            Some(t) if t.len() >= 3 => {
+                for m in tessera::kernels::matmul::warm_rows(max_batch_tokens.min(WARM_SEQ)) {
+                    let ids = std::iter::once(t[0]).chain(std::iter::repeat_n(t[1], m - 2)).chain(t.last().copied());
+                    self.run(&[item(Some(ids.collect()))])?;
+                    runs += 1;
+                }
+            }
+            Some(_) => {}
+            None => {
+                for b in tessera::kernels::matmul::warm_rows(max_batch_size) {
+                    self.run(&(0..b).map(|_| item(None)).collect::<Vec<_>>())?;
+                    runs += 1;
+                }
+            }
+        }
+        Ok(runs)
     }
 
     /// An input to warm the model up with.

@@ -202,34 +202,28 @@ impl Registry {
             (v.dir.clone(), manifest)
         };
         let t0 = Instant::now();
-        let result = (|| -> tessera::Result<Arc<Batcher>> {
+        let result = (|| -> tessera::Result<(usize, Arc<Batcher>)> {
             manifest.verify(&dir)?;
             let (dev, generation) = self.devices.current();
             let runner = Runner::load(&dir, &manifest, &dev)?;
-            // Warm up: one item through the model (compiles kernels, checks it runs).
-            let warm = runner.warm_input();
-            let p = runner.prepare(warm)?;
-            runner.run(&[p])?;
+            // Warm up: checks it runs, and compiles the kernels of every batch size.
+            let b = &self.batch;
+            let runs = runner.warm_up(b.warm_batches, b.max_batch_size, b.max_batch_tokens)?;
             let (d2, m2) = (dir.clone(), manifest.clone());
             let loader: crate::batcher::Loader = Box::new(move |dev| Runner::load(&d2, &m2, dev));
-            Ok(Batcher::start(
-                runner,
-                loader,
-                self.devices.clone(),
-                generation,
-                self.batch,
-                (name.to_string(), version.to_string()),
-            ))
+            let labels = (name.to_string(), version.to_string());
+            Ok((runs, Batcher::start(runner, loader, self.devices.clone(), generation, self.batch, labels)))
         })();
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         let m = models.get_mut(name).ok_or_else(|| format!("no model {name:?}"))?;
         let v = m.versions.get_mut(version).ok_or_else(|| format!("no version {version:?}"))?;
         match result {
-            Ok(b) => {
+            Ok((runs, b)) => {
                 v.state = VersionState::Ready;
                 v.manifest = Some(manifest);
                 v.batcher = Some(b);
-                let msg = format!("version {version} loaded and warm in {:.1} s", t0.elapsed().as_secs_f64());
+                let secs = t0.elapsed().as_secs_f64();
+                let msg = format!("version {version} loaded and warm in {secs:.1} s (warm-up runs: {runs})");
                 drop(models);
                 self.note(name, msg);
                 Ok(())

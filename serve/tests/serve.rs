@@ -221,6 +221,14 @@ fn embeddings_predictions_models_health_and_metrics() {
     let minilm = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "minilm").unwrap();
     assert_eq!(minilm["live"], "1");
     assert_eq!(minilm["versions"][0]["state"], "ready");
+    // The warm-up ran one input, then a sequence at each row count that takes a tall
+    // tile (`kernels::matmul::warm_rows`); the classifier's batches of 32 take none.
+    let warm = tessera::kernels::matmul::warm_rows(256).len();
+    assert_eq!(warm, 3);
+    let events = minilm["events"].to_string();
+    assert!(events.contains(&format!("(warm-up runs: {})", 1 + warm)), "{events}");
+    let mnist = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "mnist").unwrap();
+    assert!(mnist["events"].to_string().contains("(warm-up runs: 1)"), "{mnist}");
     assert_eq!(s.get("/health/live").0, 200);
     assert_eq!(s.get("/health/ready").0, 200);
     let (st, metrics) = s.get("/metrics");
@@ -547,7 +555,8 @@ fn a_full_queue_answers_429_with_retry_after() {
 #[test]
 fn a_lost_device_answers_503_then_recovers() {
     let repo = repo_with(&[]);
-    let s = Server::start(repo.path(), &["--device", "gpu", "--test-hooks"]);
+    // (One input to warm up: the kernels of every batch size are not this test's concern.)
+    let s = Server::start(repo.path(), &["--device", "gpu", "--test-hooks", "--quick-warm-up"]);
     let (st, _, _) = s.post("/v1/models/mnist/predict", &json!({ "inputs": [vec![0.1f32; 784]] }));
     assert_eq!(st, 200);
     let (st, _, _) = s.post("/v1/admin/lose-device", &json!({}));

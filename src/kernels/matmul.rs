@@ -797,7 +797,7 @@ fn subgroup_tiles(
 /// 32, lowered while the product would have fewer than 4 workgroups.
 /// `TESSERA_MATMUL_ROWS` (8 to 96) sets the limit instead.
 ///
-/// With `tall`, products of 128 rows or more take TM from 32 to 96 by [`tall_rows`].
+/// With `tall`, products of 128 rows or more take TM 72, 88 or 96 by [`tall_rows`].
 /// Each k-step loads B once per lane for all TM rows, so taller tiles load less, but
 /// LLVM compiles them slower (Mesa's shader cache keeps a kernel after its first run on
 /// a machine; MiniLM's batch of 32 compiled in about 8 s at 32 rows, 21 at 64, 30 at 88).
@@ -822,14 +822,31 @@ fn wide_tiles(m: usize, n: usize, batch: usize, tall: bool, src: &mut String) ->
     (tm, 8, tm, lanes * 8)
 }
 
-/// Rows per workgroup of a tall wide matmul over `m` rows: the multiple of 8 from 32 to
-/// 96 that minimises `blocks x (TM + 32)`, the taller on a tie. Per k-step a block costs
+/// The heights a tall wide tile takes. Each is a kernel per product to compile, 10 to 40 s
+/// on lavapipe for a tall one, and a server compiles them all at load ([`warm_rows`]):
+/// three keep the padding within 1% on average of the best of the nine multiples of 8
+/// from 32 to 96 (the cost model of [`tall_rows`], products of 128 to 1024 rows and
+/// batches of 1 to 32 sentences of 8 to 64 word pieces; 8% at most).
+const TALL_ROWS: [usize; 3] = [72, 88, 96];
+
+/// Rows per workgroup of a tall wide matmul over `m` rows: the height in [`TALL_ROWS`]
+/// that minimises `blocks x (TM + 32)`, the taller on a tie. Per k-step a block costs
 /// its 8 loads of B, about 32 rows' worth of work, plus its rows (fitted to the AVX2
 /// host's times at 32 and 64 rows; it predicts 9% and 10% from 64 to 96 rows at 1024^3
 /// and to 88 at 704 rows, measured 8% and 9%). Whole blocks matter: 704 rows take 8 of
 /// 88, where 96 would pad them to 768.
 fn tall_rows(m: usize) -> usize {
-    (4..=12).map(|g| 8 * g).min_by_key(|&t| (m.div_ceil(t) * (t + 32), usize::MAX - t)).unwrap_or(32)
+    TALL_ROWS.into_iter().min_by_key(|&t| (m.div_ceil(t) * (t + 32), usize::MAX - t)).unwrap_or(88)
+}
+
+/// Row counts whose products, between them, take every tall tile height that a product
+/// of at most `max_rows` rows can take: the first count that takes each (none below 128
+/// rows). Those are the kernels that compile slowly (10 to 40 s each on lavapipe, about
+/// 1 s from Mesa's disk cache, against a second or less for the heights up to 32): a
+/// model run once at each count has them all, so no later batch waits for one
+/// (`tessera-serve` does so at load).
+pub fn warm_rows(max_rows: usize) -> Vec<usize> {
+    TALL_ROWS.into_iter().filter_map(|t| (128..=max_rows).find(|&m| tall_rows(m) == t)).collect()
 }
 
 /// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.
@@ -1068,8 +1085,19 @@ fn render_gemv(
 mod tests {
     #[test]
     fn tall_tiles_take_whole_blocks() {
-        for (m, tm) in [(128, 64), (130, 72), (256, 88), (704, 88), (1000, 96), (1024, 96), (5000, 96)] {
+        for (m, tm) in [(128, 72), (130, 72), (256, 88), (640, 96), (704, 88), (1000, 96), (1024, 96), (5000, 96)] {
             assert_eq!(super::tall_rows(m), tm, "{m} rows");
         }
+    }
+
+    #[test]
+    fn warm_rows_reach_every_tall_tile_height() {
+        let rows = super::warm_rows(8192);
+        let tall: std::collections::BTreeSet<usize> = (128..=8192).map(super::tall_rows).collect();
+        let warmed: std::collections::BTreeSet<usize> = rows.iter().map(|&m| super::tall_rows(m)).collect();
+        assert_eq!(warmed, tall);
+        assert_eq!(rows, [128, 145, 177]);
+        assert_eq!(super::warm_rows(150), [128, 145]);
+        assert!(super::warm_rows(127).is_empty());
     }
 }
