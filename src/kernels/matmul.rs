@@ -797,7 +797,7 @@ fn subgroup_tiles(
 /// 32, lowered while the product would have fewer than 4 workgroups.
 /// `TESSERA_MATMUL_ROWS` (8 to 96) sets the limit instead.
 ///
-/// With `tall`, products of 128 rows or more take TM 72, 88 or 96 by [`tall_rows`].
+/// With `tall`, products of 128 rows or more take TM 64, 88 or 96 by [`tall_rows`].
 /// Each k-step loads B once per lane for all TM rows, so taller tiles load less, but
 /// LLVM compiles them slower (Mesa's shader cache keeps a kernel after its first run on
 /// a machine; MiniLM's batch of 32 compiled in about 8 s at 32 rows, 21 at 64, 30 at 88).
@@ -823,11 +823,12 @@ fn wide_tiles(m: usize, n: usize, batch: usize, tall: bool, src: &mut String) ->
 }
 
 /// The heights a tall wide tile takes. Each is a kernel per product to compile, 10 to 40 s
-/// on lavapipe for a tall one, and a server compiles them all at load ([`warm_rows`]):
-/// three keep the padding within 1% on average of the best of the nine multiples of 8
-/// from 32 to 96 (the cost model of [`tall_rows`], products of 128 to 1024 rows and
-/// batches of 1 to 32 sentences of 8 to 64 word pieces; 8% at most).
-const TALL_ROWS: [usize; 3] = [72, 88, 96];
+/// on lavapipe for a tall one, and a server compiles them all at load ([`warm_rows`]).
+/// By the cost model of [`tall_rows`], these three pad within 0.2% on average of the
+/// best of the nine multiples of 8 from 32 to 96 for 1 to 32 sequences of 32 to 512
+/// word pieces (one of 128 takes 64 exactly), and within 1.6% for 1 to 32 of 8 to 64
+/// pieces (15% at most).
+const TALL_ROWS: [usize; 3] = [64, 88, 96];
 
 /// Rows per workgroup of a tall wide matmul over `m` rows: the height in [`TALL_ROWS`]
 /// that minimises `blocks x (TM + 32)`, the taller on a tie. Per k-step a block costs
@@ -1085,7 +1086,9 @@ fn render_gemv(
 mod tests {
     #[test]
     fn tall_tiles_take_whole_blocks() {
-        for (m, tm) in [(128, 72), (130, 72), (256, 88), (640, 96), (704, 88), (1000, 96), (1024, 96), (5000, 96)] {
+        for (m, tm) in
+            [(128, 64), (130, 88), (256, 88), (512, 88), (640, 96), (704, 88), (1000, 96), (1024, 96), (5000, 96)]
+        {
             assert_eq!(super::tall_rows(m), tm, "{m} rows");
         }
     }
@@ -1096,8 +1099,8 @@ mod tests {
         let tall: std::collections::BTreeSet<usize> = (128..=8192).map(super::tall_rows).collect();
         let warmed: std::collections::BTreeSet<usize> = rows.iter().map(|&m| super::tall_rows(m)).collect();
         assert_eq!(warmed, tall);
-        assert_eq!(rows, [128, 145, 177]);
-        assert_eq!(super::warm_rows(150), [128, 145]);
+        assert_eq!(rows, [128, 129, 177]);
+        assert_eq!(super::warm_rows(150), [128, 129]);
         assert!(super::warm_rows(127).is_empty());
     }
 }
