@@ -352,6 +352,7 @@ impl Runner {
                     runs += 1;
                 }
             }
+            // [CLS] and [SEP] alone: no word piece to repeat.
             Some(_) => {}
             None => {
                 for b in tessera::kernels::matmul::warm_rows(max_batch_size) {

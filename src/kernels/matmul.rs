@@ -842,9 +842,9 @@ fn tall_rows(m: usize) -> usize {
 
 /// Row counts whose products, between them, take every tall tile height that a product
 /// of at most `max_rows` rows can take: the first count that takes each (none below 128
-/// rows). Those are the kernels that compile slowly (10 to 40 s each on lavapipe, about
-/// 1 s from Mesa's disk cache, against a second or less for the heights up to 32): a
-/// model run once at each count has them all, so no later batch waits for one
+/// rows). Those are the kernels that compile slowly (10 to 40 s each on lavapipe, still
+/// 1 to 3 s from Mesa's disk cache, against a second or less for the heights up to 32):
+/// a model run once at each count has them all, so no later batch waits for one
 /// (`tessera-serve` does so at load).
 pub fn warm_rows(max_rows: usize) -> Vec<usize> {
     TALL_ROWS.into_iter().filter_map(|t| (128..=max_rows).find(|&m| tall_rows(m) == t)).collect()
