@@ -32,12 +32,12 @@ fn store_row_at(i: u32, c: u32, acc: vec4<f32>) {
 // With STORE_LOOP (set for products with an epilogue) a row is parked here and
 // `flush_rows` stores the tile in one loop, so the epilogue's code appears once instead
 // of once per row: lavapipe took 1 to 3 s to compile a 32-row tile whose epilogue reads
-// an attention mask, against 0.1 s in the loop. `half` is the 4-column half of a lane's
-// 8 columns that the wide kernel is storing.
+// an attention mask, against 0.1 s in the loop. `half` is the quad of a lane's 8 or 16
+// columns (HALVES quads) that the wide kernel is storing.
 var<private> parked: array<vec4<f32>, PARKED>;
 var<private> half: u32;
 
-// Row i of the tile at columns c0 .. c0 + 3 (c0 + 4 .. c0 + 7 for the second half).
+// Row i of the tile at columns c0 + 4 half .. c0 + 4 half + 3.
 fn store_row(i: u32, acc: vec4<f32>) {
     if (STORE_LOOP) {
         parked[i * HALVES + half] = acc;

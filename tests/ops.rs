@@ -833,10 +833,11 @@ fn sibling_outputs_in_one_kernel() {
 /// with K % 8 == 0 load 8 values at a time (`matmul_direct_wide.wgsl`): B as [K, N] with
 /// N % 8 == 0 or as [N, K]; rows past whole tiles, column blocks with idle lanes,
 /// batches, one k-step and many, and epilogues. On hosts without AVX-512
-/// (`ShaderCaps::no_avx512`) products of 128 rows or more take tiles of up to 96 rows:
-/// 72 for the batch of 130 rows, 80 for the 256 rows, 96 for the 1,000 rows and the
-/// epilogue over 1,000 rows, whose tile parks the most rows (64 columns or more, or the
-/// thinner output would be computed as C^T).
+/// (`ShaderCaps::no_avx512`), with operand textures, products past 24 rows whose columns
+/// suit take 16 columns per lane (`matmul::wide_cols`): the batches of 130 and 33 rows
+/// (72 columns: the second block of 8 past N), the 256 and 129 rows against B^T, the
+/// broadcast B^T of 96 columns, and the epilogues over 1,000 rows (one stored by quads,
+/// one parked by rows for a bias that varies over rows).
 #[test]
 fn wide_matmul_shapes() {
     let cases: [(&[usize], &[usize], bool); 12] = [
@@ -873,10 +874,12 @@ fn wide_matmul_shapes() {
         let res = rand_t(&[24, 48], 93, -1.0, 1.0, d);
         let tall = rand_t(&[1000, 16], 95, -1.0, 1.0, d);
         let (w2, bias2) = (rand_t(&[72, 16], 96, -1.0, 1.0, d), rand_t(&[72], 97, -1.0, 1.0, d));
+        let per_row = rand_t(&[1000, 1], 98, -1.0, 1.0, d);
         vec![
             (x.matmul(&w.t()) + &bias).gelu() + &res,
             x.matmul(&rand_t(&[16, 48], 94, -1.0, 1.0, d)).relu() * 2.0,
             (tall.matmul(&w2.t()) + &bias2).gelu(),
+            (tall.matmul(&w2.t()) + &per_row).relu(),
         ]
     });
 }
@@ -924,6 +927,12 @@ fn wide_matmul_from_textures_and_buffers() {
             (true, true) => Some("matmul_direct8tex_f32"),
             (true, false) => Some("matmul_direct8sg_f32"),
         };
+        // From textures on a host without AVX-512, the batch of 130 rows and the 129 rows
+        // against B^T take 16 columns per lane (`matmul::wide_cols`, label `_c16`).
+        #[cfg(target_arch = "x86_64")]
+        let two_blocks = cpu_adapter && textures && !std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let two_blocks = false;
         for (k, (a, b, trans_b)) in cases.iter().enumerate() {
             let build = |d: &Device| {
                 let x = rand_t(a, 160 + k as u64, -1.0, 1.0, d);
@@ -948,6 +957,9 @@ fn wide_matmul_from_textures_and_buffers() {
                     "{name}: expected an epilogue {} textures: {labels:?}",
                     ["without", "reading"][textures as usize]
                 );
+                if two_blocks && [2, 4].contains(&k) {
+                    assert!(labels.iter().any(|x| x.starts_with(l) && x.contains("_c16")), "{name}: {labels:?}");
+                }
             }
         }
     }
@@ -955,27 +967,31 @@ fn wide_matmul_from_textures_and_buffers() {
 
 #[test]
 fn products_after_the_warm_rows_compile_no_kernel() {
-    // `matmul::warm_rows` gives one row count per tall tile height: a product run at
-    // each, and at each multiple of 8 below 128, has compiled every kernel a product of
-    // up to that many rows takes, so a server that runs them at load never makes a batch
-    // wait for a compile (10 to 40 s for a tall tile on lavapipe). Counts between and
-    // past them, against the engine's compile counter. A private device: another test's
-    // products would not change the count, but its own pipelines would.
+    // `matmul::warm_rows` gives the row counts whose products reach every slowly compiled
+    // tile (128: the wide kernel's 16 columns per lane at 32 rows): a product run at each
+    // has compiled every kernel a larger product takes, so a server that runs them at
+    // load never makes a large batch wait for a compile. Counts past them, against the
+    // engine's compile counter, for products whose columns take 16 per lane and 8. A
+    // private device: another test's products would not change the count, but its own
+    // pipelines would.
     use common::private_gpu;
     let Some(dev) = private_gpu(tessera::DeviceOptions::default()) else { return };
-    let (k, n, most) = (64, 136, 1100);
-    let w = rand_t(&[n, k], 240, -1.0, 1.0, &dev);
+    let (k, most) = (64, 1100);
+    // 136 columns take 8 per lane, 120 take 16 (where the host lacks AVX-512).
+    let ws = [136, 120].map(|n| rand_t(&[n, k], 240 + n as u64, -1.0, 1.0, &dev));
     let run = |m: usize| {
         let x = rand_t(&[m, k], m as u64, -1.0, 1.0, &dev);
-        (x.matmul(&w.transpose(0, 1)) + 1.0).realize_blocking().unwrap_or_else(|e| panic!("{m} rows: {e}"));
+        for w in &ws {
+            (x.matmul(&w.transpose(0, 1)) + 1.0).realize_blocking().unwrap_or_else(|e| panic!("{m} rows: {e}"));
+        }
     };
     let warm = tessera::kernels::matmul::warm_rows(most);
-    assert!(!warm.is_empty(), "no tall heights below {most} rows");
-    for m in (8..128).step_by(8).chain(warm) {
+    assert_eq!(warm, [128]);
+    for m in warm {
         run(m);
     }
     let before = dev.stats().pipelines_compiled;
-    for m in [128, 130, 150, 177, 200, 257, 333, 500, 640, 704, 768, 1000, most] {
+    for m in [129, 130, 150, 177, 200, 257, 333, 500, 640, 704, 768, 1000, most] {
         run(m);
         let compiled = dev.stats().pipelines_compiled - before;
         assert_eq!(compiled, 0, "{m} rows compiled {compiled} kernels after the warm rows");

@@ -95,7 +95,7 @@ pub struct ServeArgs {
     #[arg(long, global = true)]
     load_all: bool,
     /// Warm a version up with one input only: it goes live sooner, but on a CPU adapter a
-    /// batch of a size not seen before may wait while its kernels compile (10 to 40 s
+    /// batch of a size not seen before may wait while its kernels compile (seconds each
     /// the first time on a machine). By default the warm-up also runs the row counts
     /// that reach every slowly compiled kernel.
     #[arg(long, global = true)]

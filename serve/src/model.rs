@@ -122,8 +122,8 @@ pub enum Runner {
     },
 }
 
-/// The longest sequence the warm-up runs: the tall tile heights are reached below it
-/// (from 128 to 177 rows), and the ONNX embedder's tokenizer stops at 256.
+/// The longest sequence the warm-up runs: the warm rows are reached below it (128), and
+/// the ONNX embedder's tokenizer stops at 256.
 pub const WARM_SEQ: usize = 256;
 
 /// Most items one recommendation request may ask for (top-k's limit).
@@ -325,17 +325,17 @@ impl Runner {
         }
     }
 
-    /// Run the model on a warm-up input and, with `tall`, once per row count of
+    /// Run the model on a warm-up input and, with `rows`, once per row count of
     /// [`tessera::kernels::matmul::warm_rows`] up to the largest batch the batcher forms
     /// (`max_batch_tokens` word pieces of text, at most [`WARM_SEQ`] in one sequence, or
-    /// `max_batch_size` other inputs): the product kernels that take long to compile (10
-    /// to 40 s each on lavapipe) are then ready before the version goes live, where a
-    /// batch of a new size used to wait for them. Returns the runs.
-    pub fn warm_up(&self, tall: bool, max_batch_size: usize, max_batch_tokens: usize) -> Result<usize> {
+    /// `max_batch_size` other inputs): the product kernels of large batches, which take
+    /// seconds each to compile on lavapipe, are then ready before the version goes live,
+    /// where the first large batch would wait for them. Returns the runs.
+    pub fn warm_up(&self, rows: bool, max_batch_size: usize, max_batch_tokens: usize) -> Result<usize> {
         let warm = self.prepare(self.warm_input())?;
         self.run(std::slice::from_ref(&warm))?;
         let mut runs = 1;
-        if !tall {
+        if !rows {
             return Ok(runs);
         }
         let item = |tokens: Option<Vec<u32>>| Prepared {

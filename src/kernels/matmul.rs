@@ -531,9 +531,9 @@ pub fn render(
         ));
         (8, 8, 128, 128)
     } else if wide {
-        // Tall tiles only for f32 operands: their kernels compile in 10-30 s on lavapipe,
-        // which f16 and quantised weights would pay again per dtype.
-        wide_tiles(m, n, batch, caps.no_avx512 && !quant_wide && !half_wide, &mut src)
+        // Two blocks of columns per lane only for f32 operands read from textures (the
+        // case measured); f16 and quantised weights keep one.
+        wide_tiles(m, n, batch, caps.no_avx512 && textured && !quant_wide && !half_wide, &mut src)
     } else if subgroup {
         subgroup_tiles(m, n, batch, caps, &mut src)
     } else {
@@ -552,7 +552,8 @@ pub fn render(
     if caps.direct_matmul && vec4 {
         // An epilogue that reads its leaves element by element is stored in a loop
         // (`flush_rows`) once a lane holds 8 rows or more.
-        let halves = if wide { 2 } else { 1 };
+        // Quads per lane: 2 or 4 in the wide kernel (8 or 16 columns).
+        let halves = if wide { tn / 4 } else { 1 };
         let store_loop = st.per_element && tm * halves >= 8;
         src.push_str(&format!(
             "const QUAD_STORE: bool = {};\nconst STORE_LOOP: bool = {store_loop};\nconst HALVES: u32 = {halves}u;\nconst PARKED: u32 = {}u;\n",
@@ -587,7 +588,9 @@ pub fn render(
     };
     let swapped = if swap { "_ct" } else { "" };
     let weights = if quant_subgroup { format!("_{}", b.dtype()) } else { String::new() };
-    let label = format!("matmul_{kind}{}{weights}_{}x{}_{layout}{swapped}", a.dtype(), bm, bn);
+    // 16 columns per lane (`wide_cols`).
+    let cols = if wide && tn == 16 { "_c16" } else { "" };
+    let label = format!("matmul_{kind}{}{weights}_{}x{}_{layout}{swapped}{cols}", a.dtype(), bm, bn);
     // Loads are clamped (direct) or guarded (tiled), stores guarded, workgroup memory
     // indexed below its size: checked on odd shapes by tests/ops.rs.
     let splittable = batch == 1 && !trans_a && !swap && !a.dtype().is_quantized() && epi.is_none();
@@ -793,61 +796,64 @@ fn subgroup_tiles(
 }
 
 /// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
-/// (the block width that leaves the fewest columns idle), and TM a multiple of 8 up to
-/// 32, lowered while the product would have fewer than 4 workgroups.
-/// `TESSERA_MATMUL_ROWS` (8 to 96) sets the limit instead.
-///
-/// With `tall`, products of 128 rows or more take TM 64, 88 or 96 by [`tall_rows`].
-/// Each k-step loads B once per lane for all TM rows, so taller tiles load less, but
-/// LLVM compiles them slower (Mesa's shader cache keeps a kernel after its first run on
-/// a machine; MiniLM's batch of 32 compiled in about 8 s at 32 rows, 21 at 64, 30 at 88).
-/// - AVX-512 host, lavapipe: 1024^3 at 64 rows about 64 GFLOP/s against 55 with 32, but
-///   MiniLM's batch of 32 slower (357-362 ms against 321-330), so 32 there.
-/// - AVX2 host (2-core Zen 3, `tall`): 1024^3 at 32, 64 and 96 rows 18.1-18.3,
-///   24.1-24.6 and 26.0-26.6 GFLOP/s; MiniLM's batch of 32 x 22 tokens (704 rows) at
-///   32, 64, 88 and 96 rows 982-984, 779-813, 720-726 and 770-776 ms.
-fn wide_tiles(m: usize, n: usize, batch: usize, tall: bool, src: &mut String) -> (usize, usize, usize, usize) {
-    let idle = |lanes: usize| n.div_ceil(8 * lanes) * 8 * lanes - n;
+/// (the fewest idle columns, then the most lanes), and up to 32 rows per workgroup
+/// (`TESSERA_MATMUL_ROWS` forces up to 96), lowered while the product would have fewer
+/// than 4 workgroups. With `two_blocks` (f32 operands from textures, on a host without
+/// AVX-512), a product of more than 24 rows whose columns pad no worse takes 16 columns
+/// per lane at 32 rows ([`wide_cols`]). Returns `(TM, columns per lane, BM, BN)`. On an
+/// AVX-512 host 32 rows stay: there 64 sped up 1024^3 (about 64 GFLOP/s against 55) but
+/// slowed MiniLM's batch of 32 (357-362 ms against 321-330).
+fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut String) -> (usize, usize, usize, usize) {
+    let cols = if two_blocks { wide_cols(m, n, batch) } else { 8 };
+    let idle = |lanes: usize| n.div_ceil(cols * lanes) * cols * lanes - n;
     let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
-    let col_groups = n.div_ceil(lanes * 8).max(1);
+    let col_groups = n.div_ceil(lanes * cols).max(1);
     let forced = std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok());
     let mut tm = match forced {
-        None if tall && m >= 128 => tall_rows(m),
-        _ => m.next_multiple_of(8).min(forced.unwrap_or(32).clamp(8, 96) / 8 * 8),
+        Some(f) if cols == 8 => m.next_multiple_of(8).min(f.clamp(8, 96) / 8 * 8),
+        _ => m.next_multiple_of(8).min(32),
     };
-    while tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
+    while cols == 8 && tm > 8 && m.div_ceil(tm) * col_groups * batch < 4 {
         tm -= 8;
     }
-    src.push_str(&format!("const LANES: u32 = {lanes}u;\n"));
-    (tm, 8, tm, lanes * 8)
+    src.push_str(&format!("const LANES: u32 = {lanes}u;\nconst COLS: u32 = {cols}u;\n"));
+    (tm, cols, tm, lanes * cols)
 }
 
-/// The heights a tall wide tile takes. Each is a kernel per product to compile, 10 to 40 s
-/// on lavapipe for a tall one, and a server compiles them all at load ([`warm_rows`]).
-/// By the cost model of [`tall_rows`], these three pad within 0.2% on average of the
-/// best of the nine multiples of 8 from 32 to 96 for 1 to 32 sequences of 32 to 512
-/// word pieces (one of 128 takes 64 exactly), and within 1.6% for 1 to 32 of 8 to 64
-/// pieces (15% at most).
-const TALL_ROWS: [usize; 3] = [64, 88, 96];
-
-/// Rows per workgroup of a tall wide matmul over `m` rows: the height in [`TALL_ROWS`]
-/// that minimises `blocks x (TM + 32)`, the taller on a tie. Per k-step a block costs
-/// its 8 loads of B, about 32 rows' worth of work, plus its rows (fitted to the AVX2
-/// host's times at 32 and 64 rows; it predicts 9% and 10% from 64 to 96 rows at 1024^3
-/// and to 88 at 704 rows, measured 8% and 9%). Whole blocks matter: 704 rows take 8 of
-/// 88, where 96 would pad them to 768.
-fn tall_rows(m: usize) -> usize {
-    TALL_ROWS.into_iter().min_by_key(|&t| (m.div_ceil(t) * (t + 32), usize::MAX - t)).unwrap_or(88)
+/// Columns per lane of an f32 wide matmul on a host without AVX-512: 16 where the product
+/// has more than 24 rows and at least 4 workgroups of 32 rows (always from 128 rows), and
+/// its columns pad to a multiple of 128 no worse than to one of 64; 8 otherwise
+/// (`TESSERA_MATMUL_COLS=8` always). A lane's A values are then shuffled once for 16
+/// columns, not 8. In the kernel lab (MiniLM's FFN-up, 704x1536x384, one thread, 2-core
+/// Zen 3, best of 6 alternating): 28.7 GFLOP/s at 32 rows against 26.5 with 8 columns at
+/// 32 rows and 28.2 at 88 (the tall tile it replaces), with 4% fewer JIT instructions
+/// than the 88-row tile, and it compiles in about half the time (2.1 against 3.9 s,
+/// Mesa's cache off). One height for every such product, so a batch of a size not seen
+/// before compiles nothing.
+fn wide_cols(m: usize, n: usize, batch: usize) -> usize {
+    let pad = |block: usize| n.next_multiple_of(block) - n;
+    let groups = m.div_ceil(32) * n.div_ceil(128) * batch;
+    let off = std::env::var("TESSERA_MATMUL_COLS").as_deref() == Ok("8");
+    if !off && m > 24 && groups >= 4 && pad(128) <= pad(64) {
+        16
+    } else {
+        8
+    }
 }
 
-/// Row counts whose products, between them, take every tall tile height that a product
-/// of at most `max_rows` rows can take: the first count that takes each (none below 128
-/// rows). Those are the kernels that compile slowly (10 to 40 s each on lavapipe, still
-/// 1 to 3 s from Mesa's disk cache, against a second or less for the heights up to 32):
-/// a model run once at each count has them all, so no later batch waits for one
-/// (`tessera-serve` does so at load).
+/// Row counts whose products, between them, take every slowly compiled tile that a
+/// product of at most `max_rows` rows can take: 128, from which every f32 wide matmul
+/// whose columns suit takes 16 columns per lane at 32 rows ([`wide_cols`]; the same
+/// kernel for any row count). Those kernels take seconds each to compile on lavapipe the
+/// first time on a machine: a model run once at each count has them, so no later batch
+/// waits for one (`tessera-serve` does so at load). The tiles of 32 rows or fewer with 8
+/// columns, which products of fewer rows take, compile in a second or less.
 pub fn warm_rows(max_rows: usize) -> Vec<usize> {
-    TALL_ROWS.into_iter().filter_map(|t| (128..=max_rows).find(|&m| tall_rows(m) == t)).collect()
+    if max_rows >= 128 {
+        vec![128]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Workgroups `[columns, rows, batch]`, checked against the per-dimension limit.
@@ -1085,22 +1091,45 @@ fn render_gemv(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn tall_tiles_take_whole_blocks() {
-        for (m, tm) in
-            [(128, 64), (130, 88), (256, 88), (512, 88), (640, 96), (704, 88), (1000, 96), (1024, 96), (5000, 96)]
-        {
-            assert_eq!(super::tall_rows(m), tm, "{m} rows");
+    fn past_24_rows_products_take_one_tile_height() {
+        // (m, n) -> columns per lane and workgroup width: MiniLM's products in a batch,
+        // few workgroups, and columns that would pad worse in blocks of 128.
+        for (m, n, cols, bn) in [
+            (704, 384, 16, 128),
+            (704, 1536, 16, 512),
+            (704, 1152, 16, 128),
+            (128, 128, 16, 128),
+            (32, 384, 8, 128),
+            (96, 128, 8, 128),
+            (1000, 136, 8, 64),
+            (24, 1536, 8, 256),
+        ] {
+            let mut src = String::new();
+            let (tm, c, _, w) = super::wide_tiles(m, n, 1, true, &mut src);
+            assert_eq!((c, w), (cols, bn), "{m}x{n}");
+            assert!(src.contains(&format!("const COLS: u32 = {cols}u;")), "{src}");
+            if cols == 16 {
+                assert_eq!(tm, 32, "{m}x{n}");
+            }
         }
-    }
-
-    #[test]
-    fn warm_rows_reach_every_tall_tile_height() {
-        let rows = super::warm_rows(8192);
-        let tall: std::collections::BTreeSet<usize> = (128..=8192).map(super::tall_rows).collect();
-        let warmed: std::collections::BTreeSet<usize> = rows.iter().map(|&m| super::tall_rows(m)).collect();
-        assert_eq!(warmed, tall);
-        assert_eq!(rows, [128, 129, 177]);
-        assert_eq!(super::warm_rows(150), [128, 129]);
+        // Every product from the warm row on that takes 16 columns takes the same height,
+        // and one of 128 rows does wherever a larger one does.
+        let warm = super::warm_rows(8192);
+        assert_eq!(warm, [128]);
+        for n in (8..2048).step_by(8) {
+            let at = |m: usize| super::wide_tiles(m, n, 1, true, &mut String::new());
+            let first = at(128);
+            assert!(first.1 == 8 || first.0 == 32, "{n}");
+            for m in (128..4096).step_by(37) {
+                let t = at(m);
+                assert_eq!(t.1, first.1, "{m}x{n}");
+                if t.1 == 16 {
+                    assert_eq!(t, first, "{m}x{n}");
+                }
+            }
+        }
         assert!(super::warm_rows(127).is_empty());
+        // Without two blocks (f16, quantised, AVX-512): 8 columns, at most 32 rows.
+        assert_eq!(super::wide_tiles(704, 1536, 1, false, &mut String::new()), (32, 8, 32, 256));
     }
 }

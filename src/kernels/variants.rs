@@ -141,8 +141,13 @@ pub fn covering_graphs() -> Vec<Tensor> {
         (&fq + &Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], &d)).relu(),
         // Wide matmuls (f32, K % 8 == 0, more than 8 rows): B [K, N] and [N, K].
         Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 128], [8, 16], &d)),
-        // 96 rows per workgroup where the host lacks AVX-512 (`ShaderCaps::no_avx512`).
-        Tensor::from_slice(&[0.5f32; 8192], [1024, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 512], [8, 64], &d)),
+        // 16 columns per lane where the host lacks AVX-512 and operands are textures
+        // (`matmul::wide_cols`), B [K, N] and [N, K], with an epilogue stored by row.
+        Tensor::from_slice(&[0.5f32; 1024], [128, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 1024], [8, 128], &d)),
+        (Tensor::from_slice(&[0.5f32; 1024], [128, 8], &d)
+            .matmul(&Tensor::from_slice(&[0.25f32; 1024], [128, 8], &d).t())
+            + &Tensor::from_slice(&[0.5f32; 128], [128, 1], &d))
+            .relu(),
         (Tensor::from_slice(&[0.5f32; 128], [16, 8], &d).matmul(&Tensor::from_slice(&[0.25f32; 160], [20, 8], &d).t())
             + 1.0)
             .relu(),
@@ -499,6 +504,10 @@ mod tests {
             let textured = caps.texture_rows > 0;
             assert_eq!(wide_mm("direct8sg"), caps.wide_loads && !textured, "wide matmuls are covered");
             assert_eq!(wide_mm("direct8tex"), textured, "wide matmuls reading textures are covered");
+            let two_blocks = ["nn", "nt"]
+                .iter()
+                .all(|l| specs.iter().any(|s| s.label.starts_with(&format!("matmul_direct8tex_f32_32x128_{l}_c16"))));
+            assert_eq!(two_blocks, textured && caps.no_avx512, "wide matmuls of 16 columns per lane are covered");
             assert!(
                 specs.iter().all(|s| (s.textured != 0) == (s.label.contains("direct8tex") || s.label.contains("_tex"))),
                 "textured kernels are named"

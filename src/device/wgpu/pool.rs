@@ -74,9 +74,10 @@ const TEXTURE_ROW_BYTES: u64 = TEXTURE_WIDTH as u64 * 16;
 /// plus one, at most `max` (one row less where `max` is a power of two and `rows` fits).
 /// No class is a power of two. llvmpipe (lavapipe) compiles a kernel anew for every
 /// combination of its textures' power-of-two sizes (`pot_width`/`pot_height` in its
-/// sampler state), and a tall matmul takes 10 to 40 s to compile: with heights of 64 or
-/// 128 rows among 48 or 96, MiniLM's batch of 12 or 24 sentences recompiled its
-/// products where 16 and 32 did not (a server stalled on each new batch size).
+/// sampler state), and a large matmul kernel takes seconds to compile (10 to 40 s for
+/// the tall tiles of the time): with heights of 64 or 128 rows among 48 or 96, MiniLM's
+/// batch of 12 or 24 sentences recompiled its products where 16 and 32 did not (a
+/// server stalled on each new batch size).
 #[cfg(not(target_arch = "wasm32"))]
 fn rows_class(rows: u32, max: u32) -> u32 {
     let p = rows.max(1).next_power_of_two();
