@@ -797,16 +797,15 @@ fn subgroup_tiles(
 
 /// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
 /// (the fewest idle columns, then the most lanes), and up to 32 rows per workgroup
-/// (`TESSERA_MATMUL_ROWS` forces up to 96), lowered while the product would have fewer
-/// than 4 workgroups. With `two_blocks` (f32 operands from textures, on a host without
+/// (`TESSERA_MATMUL_ROWS` forces up to 96 with 8 columns), lowered while the product
+/// would have fewer than 4 workgroups. With `two_blocks` (f32 operands from textures, on a host without
 /// AVX-512), a product of more than 24 rows whose columns pad no worse takes 16 columns
 /// per lane at 32 rows ([`wide_cols`]). Returns `(TM, columns per lane, BM, BN)`. On an
 /// AVX-512 host 32 rows stay: there 64 sped up 1024^3 (about 64 GFLOP/s against 55) but
 /// slowed MiniLM's batch of 32 (357-362 ms against 321-330).
 fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut String) -> (usize, usize, usize, usize) {
     let cols = if two_blocks { wide_cols(m, n, batch) } else { 8 };
-    let idle = |lanes: usize| n.div_ceil(cols * lanes) * cols * lanes - n;
-    let lanes = [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8);
+    let lanes = wide_lanes(n, cols);
     let col_groups = n.div_ceil(lanes * cols).max(1);
     let forced = std::env::var("TESSERA_MATMUL_ROWS").ok().and_then(|v| v.parse::<usize>().ok());
     let mut tm = match forced {
@@ -821,7 +820,8 @@ fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut Stri
 }
 
 /// Columns per lane of an f32 wide matmul on a host without AVX-512: 16 where the product
-/// has more than 24 rows and at least 4 workgroups of 32 rows (always from 128 rows), and
+/// has more than 24 rows and at least 4 workgroups of 32 rows at the lanes
+/// [`wide_lanes`] gives (always from 128 rows), and
 /// its columns pad to a multiple of 128 no worse than to one of 64; 8 otherwise
 /// (`TESSERA_MATMUL_COLS=8` always). A lane's A values are then shuffled once for 16
 /// columns, not 8. In the kernel lab (MiniLM's FFN-up, 704x1536x384, one thread, 2-core
@@ -832,13 +832,20 @@ fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut Stri
 /// before compiles nothing.
 fn wide_cols(m: usize, n: usize, batch: usize) -> usize {
     let pad = |block: usize| n.next_multiple_of(block) - n;
-    let groups = m.div_ceil(32) * n.div_ceil(128) * batch;
+    let groups = m.div_ceil(32) * n.div_ceil(16 * wide_lanes(n, 16)) * batch;
     let off = std::env::var("TESSERA_MATMUL_COLS").as_deref() == Ok("8");
     if !off && m > 24 && groups >= 4 && pad(128) <= pad(64) {
         16
     } else {
         8
     }
+}
+
+/// Lanes per workgroup of a wide matmul with `cols` columns per lane: the fewest idle
+/// columns over `n`, then the most lanes.
+fn wide_lanes(n: usize, cols: usize) -> usize {
+    let idle = |lanes: usize| n.div_ceil(cols * lanes) * cols * lanes - n;
+    [32, 16, 8].into_iter().min_by_key(|&l| (idle(l), usize::MAX - l)).unwrap_or(8)
 }
 
 /// Row counts whose products, between them, take every slowly compiled tile that a
@@ -1103,6 +1110,9 @@ mod tests {
             (96, 128, 8, 128),
             (1000, 136, 8, 64),
             (24, 1536, 8, 256),
+            // 512 columns take one block of 32 lanes: 30 rows would be 1 workgroup.
+            (30, 512, 8, 256),
+            (100, 512, 16, 512),
         ] {
             let mut src = String::new();
             let (tm, c, _, w) = super::wide_tiles(m, n, 1, true, &mut src);
