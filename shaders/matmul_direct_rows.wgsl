@@ -32,18 +32,18 @@ fn store_row_at(i: u32, c: u32, acc: vec4<f32>) {
 // With STORE_LOOP (set for products with an epilogue) a row is parked here and
 // `flush_rows` stores the tile in one loop, so the epilogue's code appears once instead
 // of once per row: lavapipe took 1 to 3 s to compile a 32-row tile whose epilogue reads
-// an attention mask, against 0.1 s in the loop. `half` is the quad of a lane's 8 or 16
-// columns (HALVES quads) that the wide kernel is storing.
+// an attention mask, against 0.1 s in the loop. `lane_quad` is which of a lane's QUADS
+// quads of columns (2 or 4 in the wide kernel, 8 or 16 columns) is being stored.
 var<private> parked: array<vec4<f32>, PARKED>;
-var<private> half: u32;
+var<private> lane_quad: u32;
 
-// Row i of the tile at columns c0 + 4 half .. c0 + 4 half + 3.
+// Row i of the tile at columns c0 + 4 lane_quad .. c0 + 4 lane_quad + 3.
 fn store_row(i: u32, acc: vec4<f32>) {
     if (STORE_LOOP) {
-        parked[i * HALVES + half] = acc;
+        parked[i * QUADS + lane_quad] = acc;
         return;
     }
-    store_row_at(i, c0 + 4u * half, acc);
+    store_row_at(i, c0 + 4u * lane_quad, acc);
 }
 
 // Store the parked rows (nothing without STORE_LOOP). The loop ends at the last row in
@@ -56,8 +56,8 @@ fn flush_rows() {
         if (row0 + i >= M) {
             break;
         }
-        for (var h = 0u; h < HALVES; h = h + 1u) {
-            store_row_at(i, c0 + 4u * h, parked[i * HALVES + h]);
+        for (var h = 0u; h < QUADS; h = h + 1u) {
+            store_row_at(i, c0 + 4u * h, parked[i * QUADS + h]);
         }
     }
 }

@@ -19,13 +19,13 @@
 // and `2 blk + 1`).
 fn store_group(q: u32, g: Rows8, blk: u32) {
     let i = 8u * q;
-    half = 2u * blk;
+    lane_quad = 2u * blk;
     store_row(i, g.a0); store_row(i + 1u, g.a1); store_row(i + 2u, g.a2); store_row(i + 3u, g.a3);
     store_row(i + 4u, g.a4); store_row(i + 5u, g.a5); store_row(i + 6u, g.a6); store_row(i + 7u, g.a7);
-    half = 2u * blk + 1u;
+    lane_quad = 2u * blk + 1u;
     store_row(i, g.d0); store_row(i + 1u, g.d1); store_row(i + 2u, g.d2); store_row(i + 3u, g.d3);
     store_row(i + 4u, g.d4); store_row(i + 5u, g.d5); store_row(i + 6u, g.d6); store_row(i + 7u, g.d7);
-    half = 0u;
+    lane_quad = 0u;
 }
 
 // One k-step for a group of 8 rows over both blocks of a lane's 16 columns (COLS = 16):
@@ -57,7 +57,7 @@ fn group_step2(g: ptr<function, Rows8>, h: ptr<function, Rows8>, x: Oct, s: Step
     (*h).a7 = row_lo((*h).a7, r, t); (*h).d7 = row_hi((*h).d7, r, t);
 }
 
-// One k-step for row group q: both blocks with COLS = 16, else the first.
+// One k-step for a group of 8 rows: both blocks with COLS = 16, else the first.
 fn step_group(g: ptr<function, Rows8>, h: ptr<function, Rows8>, x: Oct, s: Step, t: Step) {
     if (COLS == 16u) {
         group_step2(g, h, x, s, t);

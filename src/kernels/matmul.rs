@@ -553,12 +553,12 @@ pub fn render(
         // An epilogue that reads its leaves element by element is stored in a loop
         // (`flush_rows`) once a lane holds 8 rows or more.
         // Quads per lane: 2 or 4 in the wide kernel (8 or 16 columns).
-        let halves = if wide { tn / 4 } else { 1 };
-        let store_loop = st.per_element && tm * halves >= 8;
+        let quads = if wide { tn / 4 } else { 1 };
+        let store_loop = st.per_element && tm * quads >= 8;
         src.push_str(&format!(
-            "const QUAD_STORE: bool = {};\nconst STORE_LOOP: bool = {store_loop};\nconst HALVES: u32 = {halves}u;\nconst PARKED: u32 = {}u;\n",
+            "const QUAD_STORE: bool = {};\nconst STORE_LOOP: bool = {store_loop};\nconst QUADS: u32 = {quads}u;\nconst PARKED: u32 = {}u;\n",
             st.quad,
-            if store_loop { tm * halves } else { 1 }
+            if store_loop { tm * quads } else { 1 }
         ));
         src.push_str(sources::MATMUL_DIRECT_ROWS);
     }
