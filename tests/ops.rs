@@ -929,10 +929,7 @@ fn wide_matmul_from_textures_and_buffers() {
         };
         // From textures on a host without AVX-512, the batch of 130 rows and the 129 rows
         // against B^T take 16 columns per lane (`matmul::wide_cols`, label `_c16`).
-        #[cfg(target_arch = "x86_64")]
-        let two_blocks = cpu_adapter && textures && !std::arch::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let two_blocks = false;
+        let two_blocks = cpu_adapter && textures && !common::host_has_avx512();
         for (k, (a, b, trans_b)) in cases.iter().enumerate() {
             let build = |d: &Device| {
                 let x = rand_t(a, 160 + k as u64, -1.0, 1.0, d);
@@ -1006,13 +1003,7 @@ fn elementwise_from_textures_and_buffers() {
     // reference: one texture row and several ending in a partial one, a repeated row, an
     // i32 input beside texels, and two outputs from one kernel.
     use common::private_gpu;
-    let host_avx512 = {
-        #[cfg(target_arch = "x86_64")]
-        let v = std::arch::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let v = false;
-        v
-    };
+    let host_avx512 = common::host_has_avx512();
     for textures in [true, false] {
         let opts = tessera::DeviceOptions { texture_operands: Some(textures), ..Default::default() };
         let Some(dev) = private_gpu(opts) else { return };

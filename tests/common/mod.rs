@@ -11,6 +11,15 @@
 use std::sync::OnceLock;
 use tessera::{DType, Device, DeviceOptions, Tensor};
 
+/// Whether this host's CPU has AVX-512, which lavapipe running on it uses (the engine's
+/// `ShaderCaps::no_avx512` is its negation on CPU adapters with wide loads).
+pub fn host_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Whether a run without any GPU adapter was explicitly allowed.
 pub fn no_gpu_allowed() -> bool {
     std::env::var("TESSERA_ALLOW_NO_GPU").is_ok_and(|v| v == "1")
