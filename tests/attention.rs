@@ -7,9 +7,10 @@ use common::{assert_close, devices, label, rand_t, Tol};
 use tessera::{DType, Device, Tensor};
 
 /// Cases: (q dims, key length, causal, mask kind: 0 none, 1 bool padding, 2 float [T, S]).
-/// The per-query kernel of CPU adapters takes two queries per lane past 32 (the last
-/// two cases: partial groups, rows of 5 and 10 vec4s, masks).
-const CASES: [(&[usize], usize, bool, u8); 13] = [
+/// The per-query kernel of CPU adapters takes two queries per lane past 32 (partial
+/// groups, rows of 5 and 10 vec4s, masks), and with subgroups up to 24 queries in one
+/// subgroup of 8 lanes, up to three per lane (cases 0, 3, 5 and the last).
+const CASES: [(&[usize], usize, bool, u8); 14] = [
     (&[1, 2, 7, 32], 19, false, 0),
     (&[2, 3, 70, 64], 40, true, 0),
     (&[2, 1, 5, 128], 21, false, 1),
@@ -29,6 +30,9 @@ const CASES: [(&[usize], usize, bool, u8); 13] = [
     // Up to 24 keys on CPU adapters: the per-query kernel, two queries per lane, with a
     // padding mask shared by the queries (each lane loads one key's bias of 8).
     (&[2, 2, 40, 16], 20, false, 1),
+    // Up to 24 queries: one subgroup of 8 lanes, three queries per lane (the last lane
+    // partly used), causal under a padding mask.
+    (&[2, 3, 19, 64], 23, true, 1),
 ];
 
 fn build(d: &Device, (qd, s, causal, mask): (&[usize], usize, bool, u8), dt: DType, seed: u64) -> Vec<Tensor> {
