@@ -273,10 +273,13 @@ pub fn covering_graphs() -> Vec<Tensor> {
         out.push((Tensor::rand([12, 64], 10, &d).matmul(&w2.t()) + 0.5).gelu());
     }
     // Fused attention: f32 (vec4 rows) and f16, causal, with a padding mask, odd head dim,
-    // and (CPU adapters) two queries per lane past 32 queries, rows over 8 vec4s.
+    // and (CPU adapters) two queries per lane past 32 queries, rows over 8 vec4s, and
+    // three per lane in one subgroup (20 queries).
     let (q, kv) = (Tensor::rand([1, 2, 5, 8], 14, &d), Tensor::rand([1, 2, 7, 8], 15, &d));
     let (ql, kvl) = (Tensor::rand([1, 40, 36], 17, &d), Tensor::rand([1, 9, 36], 18, &d));
     out.push(Tensor::scaled_dot_product_attention_fused(&ql, &kvl, &kvl, None, true));
+    let q20 = Tensor::rand([1, 2, 20, 8], 23, &d);
+    out.push(Tensor::scaled_dot_product_attention_fused(&q20, &kv, &kv, None, true));
     let keep = Tensor::rand([1, 1, 1, 7], 16, &d).gt_scalar(0.3);
     out.extend([
         Tensor::scaled_dot_product_attention_fused(&q, &kv, &kv, Some(&keep), true),
@@ -508,6 +511,11 @@ mod tests {
                 .iter()
                 .all(|l| specs.iter().any(|s| s.label.starts_with(&format!("matmul_direct8tex_f32_32x128_{l}_c16"))));
             assert_eq!(two_blocks, textured && caps.no_avx512, "wide matmuls of 16 columns per lane are covered");
+            let per_query =
+                |l: &str| specs.iter().any(|s| s.label.starts_with("attention_f32_d8") && s.label.contains(l));
+            assert!(!caps.direct_matmul || per_query("_rows"), "the per-query attention is covered");
+            let one_subgroup = caps.direct_matmul && caps.subgroup_min >= 8;
+            assert_eq!(per_query("_rows_sg8_q3"), one_subgroup, "three queries per lane in one subgroup are covered");
             assert!(
                 specs.iter().all(|s| (s.textured != 0) == (s.label.contains("direct8tex") || s.label.contains("_tex"))),
                 "textured kernels are named"
