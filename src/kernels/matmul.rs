@@ -532,8 +532,8 @@ pub fn render(
         (8, 8, 128, 128)
     } else if wide {
         // Two blocks of columns per lane only for f32 operands read from textures (the
-        // case measured); f16 and quantised weights keep one.
-        wide_tiles(m, n, batch, caps.no_avx512 && textured && !quant_wide && !half_wide, &mut src)
+        // case measured, with and without AVX-512); f16 and quantised weights keep one.
+        wide_tiles(m, n, batch, textured && !quant_wide && !half_wide, &mut src)
     } else if subgroup {
         subgroup_tiles(m, n, batch, caps, &mut src)
     } else {
@@ -798,11 +798,9 @@ fn subgroup_tiles(
 /// [`subgroup_tiles`] for `matmul_direct_wide.wgsl`: 8 columns per lane, 8 to 32 lanes
 /// (the fewest idle columns, then the most lanes), and up to 32 rows per workgroup
 /// (`TESSERA_MATMUL_ROWS` forces up to 96 with 8 columns), lowered while the product
-/// would have fewer than 4 workgroups. With `two_blocks` (f32 operands from textures, on a host without
-/// AVX-512), a product of more than 24 rows whose columns pad no worse takes 16 columns
-/// per lane at 32 rows ([`wide_cols`]). Returns `(TM, columns per lane, BM, BN)`. On an
-/// AVX-512 host 32 rows stay: there 64 sped up 1024^3 (about 64 GFLOP/s against 55) but
-/// slowed MiniLM's batch of 32 (357-362 ms against 321-330).
+/// would have fewer than 4 workgroups. With `two_blocks` (f32 operands from textures), a
+/// product of more than 24 rows whose columns pad no worse takes 16 columns per lane at
+/// 32 rows ([`wide_cols`]). Returns `(TM, columns per lane, BM, BN)`.
 fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut String) -> (usize, usize, usize, usize) {
     let cols = if two_blocks { wide_cols(m, n, batch) } else { 8 };
     let lanes = wide_lanes(n, cols);
@@ -819,7 +817,7 @@ fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut Stri
     (tm, cols, tm, lanes * cols)
 }
 
-/// Columns per lane of an f32 wide matmul on a host without AVX-512: 16 where the product
+/// Columns per lane of an f32 wide matmul from textures: 16 where the product
 /// has more than 24 rows and at least 4 workgroups of 32 rows at the lanes
 /// [`wide_lanes`] gives (always from 128 rows), and
 /// its columns pad to a multiple of 128 no worse than to one of 64; 8 otherwise
@@ -828,8 +826,9 @@ fn wide_tiles(m: usize, n: usize, batch: usize, two_blocks: bool, src: &mut Stri
 /// Zen 3, best of 6 alternating): 28.7 GFLOP/s at 32 rows against 26.5 with 8 columns at
 /// 32 rows and 28.2 at 88 (the tall tile it replaces), with 4% fewer JIT instructions
 /// than the 88-row tile, and it compiles in about half the time (2.1 against 3.9 s,
-/// Mesa's cache off). One height for every such product, so a batch of a size not seen
-/// before compiles nothing.
+/// Mesa's cache off). On a 2-core Zen 4 (AVX-512), MiniLM's batch of 32 spent 215-216
+/// ms in kernels against 231-233 with 8 columns. One height for every such product, so a
+/// batch of a size not seen before compiles nothing.
 fn wide_cols(m: usize, n: usize, batch: usize) -> usize {
     let pad = |block: usize| n.next_multiple_of(block) - n;
     let groups = m.div_ceil(32) * n.div_ceil(16 * wide_lanes(n, 16)) * batch;

@@ -129,12 +129,10 @@ pub struct ShaderCaps {
     /// lanes, so eight values per access halve that cost per value.
     pub wide_loads: bool,
     /// With `wide_loads`, a host without AVX-512. There element-wise kernels load eight
-    /// values per access whatever their arithmetic, and the wide matmul takes up to 96
-    /// rows per workgroup for products of 128 rows or more (`matmul::wide_tiles`). Where the host
-    /// has AVX-512, LLVM assembles lavapipe's `vec4<u64>` loads in 512-bit registers,
-    /// which slows the 256-bit arithmetic around them, so expressions with a
-    /// transcendental load quads (`elementwise::suits`), and tiles past 32 rows did not
-    /// speed up MiniLM's batches.
+    /// values per access whatever their arithmetic. Where the host has AVX-512, LLVM
+    /// assembles lavapipe's `vec4<u64>` loads in 512-bit registers, which slows the
+    /// 256-bit arithmetic around them, so expressions with a transcendental load quads
+    /// (`elementwise::suits`; Sapphire Rapids, and again on Zen 4).
     pub no_avx512: bool,
     /// With `wide_loads`, the rows of the `rgba32float` textures that may hold f32
     /// operands (0: none): the wide matmul's A and B and its epilogue's leaves, and the
