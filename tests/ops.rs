@@ -832,12 +832,11 @@ fn sibling_outputs_in_one_kernel() {
 /// On CPU adapters with subgroups and 64-bit integers, f32 products whose A is [M, K]
 /// with K % 8 == 0 load 8 values at a time (`matmul_direct_wide.wgsl`): B as [K, N] with
 /// N % 8 == 0 or as [N, K]; rows past whole tiles, column blocks with idle lanes,
-/// batches, one k-step and many, and epilogues. On hosts without AVX-512
-/// (`ShaderCaps::no_avx512`), with operand textures, products past 24 rows whose columns
-/// suit take 16 columns per lane (`matmul::wide_cols`): the batches of 130 and 33 rows
-/// (72 columns: the second block of 8 past N), the 256 and 129 rows against B^T, the
-/// broadcast B^T of 96 columns, and the epilogues over 1,000 rows (one stored by quads,
-/// one parked by rows for a bias that varies over rows).
+/// batches, one k-step and many, and epilogues. With operand textures, products past 24
+/// rows whose columns suit take 16 columns per lane (`matmul::wide_cols`): the batches
+/// of 130 and 33 rows (72 columns: the second block of 8 past N), the 256 and 129 rows
+/// against B^T, the broadcast B^T of 96 columns, and the epilogues over 1,000 rows (one
+/// stored by quads, one parked by rows for a bias that varies over rows).
 #[test]
 fn wide_matmul_shapes() {
     let cases: [(&[usize], &[usize], bool); 12] = [
@@ -909,7 +908,8 @@ fn check_profiled(name: &str, dev: &Device, tol: Tol, build: impl Fn(&Device) ->
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
     // Operands and epilogue leaves (a bias and a residual) from textures or buffers, and
-    // one tensor as both operands.
+    // one tensor as both operands (two copies of it in one kernel). The three products
+    // share one realisation, so x's texture is copied once for the kernels after the first.
     use common::private_gpu;
     let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1000, 8], &[8, 64], false),
@@ -927,9 +927,9 @@ fn wide_matmul_from_textures_and_buffers() {
             (true, true) => Some("matmul_direct8tex_f32"),
             (true, false) => Some("matmul_direct8sg_f32"),
         };
-        // From textures on a host without AVX-512, the batch of 130 rows and the 129 rows
-        // against B^T take 16 columns per lane (`matmul::wide_cols`, label `_c16`).
-        let two_blocks = cpu_adapter && textures && !common::host_has_avx512();
+        // From textures, the batch of 130 rows and the 129 rows against B^T take 16
+        // columns per lane (`matmul::wide_cols`, label `_c16`).
+        let two_blocks = cpu_adapter && textures;
         for (k, (a, b, trans_b)) in cases.iter().enumerate() {
             let build = |d: &Device| {
                 let x = rand_t(a, 160 + k as u64, -1.0, 1.0, d);
@@ -974,7 +974,7 @@ fn products_after_the_warm_rows_compile_no_kernel() {
     use common::private_gpu;
     let Some(dev) = private_gpu(tessera::DeviceOptions::default()) else { return };
     let (k, most) = (64, 1100);
-    // 136 columns take 8 per lane, 120 take 16 (where the host lacks AVX-512).
+    // 136 columns take 8 per lane, 120 take 16.
     let ws = [136, 120].map(|n| rand_t(&[n, k], 240 + n as u64, -1.0, 1.0, &dev));
     let run = |m: usize| {
         let x = rand_t(&[m, k], m as u64, -1.0, 1.0, &dev);

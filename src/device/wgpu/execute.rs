@@ -433,6 +433,10 @@ pub(crate) async fn run(
     let mut local_free: Vec<Arc<PooledBuffer>> = Vec::new();
     // Operand textures of kernels already encoded, free for later kernels of this submit.
     let mut local_textures: Vec<PooledTexture> = Vec::new();
+    // Operand textures that a later kernel of this submit may read again: the tensor, the
+    // byte range, whether words. A copy is shared until the tensor's last reader (MiniLM's
+    // Q, K and V products and the residual after them read one activation).
+    let mut staged: Vec<(u64, (u64, u64), bool, PooledTexture)> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
     // Each newly compiled kernel's own validation scope, popped right after compiling.
@@ -512,17 +516,28 @@ pub(crate) async fn run(
             };
             let (off, size) = meta_at[meta_index + c];
             let layout = pipeline.get_bind_group_layout(0);
-            // Inputs bound as textures: their bytes copied in first.
+            // Inputs bound as textures: their bytes copied in first, unless an earlier
+            // kernel of this submit did (an input bound twice in one kernel gets two).
             #[cfg_attr(target_arch = "wasm32", allow(unused_mut))]
-            let mut textures: Vec<(usize, PooledTexture, wgpu::TextureView)> = Vec::new();
+            let mut textures: Vec<(usize, usize, wgpu::TextureView)> = Vec::new();
             // (Native only: the npm package's size budget.)
             #[cfg(not(target_arch = "wasm32"))]
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
-                    let words = s.inputs[k].dtype() != crate::DType::F32;
-                    let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
-                    let view = t.texture().create_view(&wgpu::TextureViewDescriptor::default());
-                    textures.push((k, t, view));
+                    let (id, words) = (s.inputs[k].id(), s.inputs[k].dtype() != crate::DType::F32);
+                    let free = |(e, x): &(usize, &(u64, (u64, u64), bool, PooledTexture))| {
+                        (x.0, x.1, x.2) == (id, *range, words) && !textures.iter().any(|t| t.1 == *e)
+                    };
+                    let e = match staged.iter().enumerate().find(free) {
+                        Some((e, _)) => e,
+                        None => {
+                            let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
+                            staged.push((id, *range, words, t));
+                            staged.len() - 1
+                        }
+                    };
+                    let view = staged[e].3.texture().create_view(&wgpu::TextureViewDescriptor::default());
+                    textures.push((k, e, view));
                 }
             }
             let mut entries = vec![
@@ -570,9 +585,16 @@ pub(crate) async fn run(
             pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
             dispatched += 1;
             drop(pass);
-            local_textures.extend(textures.into_iter().map(|(_, t, _)| t));
         }
         meta_index += chunks.len();
+        // Textures of tensors no later kernel reads are free for the next copies.
+        for i in &s.inputs {
+            if last_use.get(&i.id()) == Some(&j) {
+                while let Some(e) = staged.iter().position(|x| x.0 == i.id()) {
+                    local_textures.push(staged.swap_remove(e).3);
+                }
+            }
+        }
         produced.insert(s.output.id(), out);
         for (t, b) in s.extra_outputs.iter().zip(extra) {
             produced.insert(t.id(), b);
@@ -638,6 +660,7 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
     drop(local_textures);
+    drop(staged);
     drop(sink_meta);
 
     // Pop both scopes before awaiting either: on the web, error scopes are a per-device
