@@ -200,10 +200,14 @@ fn where_and_cast() {
 
 #[test]
 fn reductions_over_axis_sets() {
-    let cases: [(&[usize], &[isize]); 15] = [
+    let cases: [(&[usize], &[isize]); 16] = [
         (&[1], &[0]),
         (&[3, 1, 4], &[1]), // an axis of size one: no reduction at all
-        (&[65, 70], &[1]),  // many outputs, long rows: the narrow-workgroup tree
+        // Many outputs, long rows: the narrow-workgroup tree on GPUs, an invocation per
+        // output on CPU adapters (`reduce::serial_on_cpu`), which take the tree for a few
+        // outputs of a long reduction ([3, 2, 2100] over 0 and 2) and loop past 4,096.
+        (&[65, 70], &[1]),
+        (&[9, 5000], &[1]),
         (&[17, 3], &[0]),
         (&[17, 3], &[1]),
         (&[2, 65], &[-1]),

@@ -2,7 +2,7 @@
 //! expression fused in. Long reductions use a workgroup per output (`reduce.wgsl`),
 //! short ones an invocation per output: unrolled (`reduce_all`, generated here), or
 //! looping (`reduce_small.wgsl`) where a tensor exceeds a binding or the unrolled text
-//! would be long.
+//! would be long, and on CPU adapters for all but a few long ones (`serial_on_cpu`).
 
 use super::codegen::{Gen, Ix};
 use super::{compute_type, fold_groups, header, sources, KernelSpec, ShaderCaps, WG};
@@ -21,6 +21,17 @@ pub fn reduce_workgroup(n_out: usize) -> u32 {
     } else {
         32
     }
+}
+
+/// Whether a CPU adapter runs this reduction one invocation per output
+/// (`reduce_small.wgsl`) rather than a workgroup's tree: the tree's barriers cost more
+/// there than its parallelism gives, except for a few outputs of a long reduction, where
+/// the serial kernel would leave all but one thread and SIMD lane idle. Lavapipe, 2-core
+/// Zen 4, `x * 2` summed over rows, tree against serial (fastest of 20, us): 32 x 384
+/// 641 / 55 (MiniLM's pooled norms), 1024 x 1024 3207 / 1181, 256 x 512 643 / 330,
+/// 64 x 100000 10358 / 9405, 8 x 16384 348 / 323, 1 x 4096 96 / 83, 1 x 65536 165 / 759.
+fn serial_on_cpu(n_out: usize, len: usize) -> bool {
+    len <= 4096 || (n_out >= 8 && len <= 1 << 17)
 }
 
 /// An unrolled short reduction whose kernel text would exceed this keeps the loop (a
@@ -152,7 +163,7 @@ fn render_with(
     src.push_str(&format!(
         "fn store_result(o: u32, acc: Acc) {{\n    var a = acc;\n{merge}    out[o - m(3u)] = {store};\n}}\n"
     ));
-    let small = len <= SMALL_LEN;
+    let small = len <= SMALL_LEN || (caps.direct_matmul && serial_on_cpu(n_out, len));
     if !small {
         src.push_str(&format!("const RWG: u32 = {}u;\n", reduce_workgroup(n_out)));
     }
