@@ -149,6 +149,17 @@ fn stage_texture(
     Ok(texture)
 }
 
+/// An operand texture holding `range` of tensor `tensor`'s buffer (32-bit words where
+/// `words`), kept for the later kernels of a submit that read the same. (The npm package
+/// stages none: operand textures are native only.)
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+struct Staged {
+    tensor: u64,
+    range: (u64, u64),
+    words: bool,
+    texture: PooledTexture,
+}
+
 /// Split every kernel into its dispatches, or fail with `Error::Limit` naming the kernel
 /// and the tensor that cannot be bound.
 fn plan_dispatches(ctx: &GpuContext, dev: &Device, specs: &[KernelSpec]) -> Result<Vec<Vec<Dispatch>>> {
@@ -433,10 +444,10 @@ pub(crate) async fn run(
     let mut local_free: Vec<Arc<PooledBuffer>> = Vec::new();
     // Operand textures of kernels already encoded, free for later kernels of this submit.
     let mut local_textures: Vec<PooledTexture> = Vec::new();
-    // Operand textures that a later kernel of this submit may read again: the tensor, the
-    // byte range, whether words. A copy is shared until the tensor's last reader (MiniLM's
-    // Q, K and V products and the residual after them read one activation).
-    let mut staged: Vec<(u64, (u64, u64), bool, PooledTexture)> = Vec::new();
+    // Operand textures that a later kernel of this submit may read again. A copy is shared
+    // until the tensor's last reader (MiniLM's Q, K and V products and the residual after
+    // them read one activation).
+    let mut staged: Vec<Staged> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
     // Each newly compiled kernel's own validation scope, popped right after compiling.
@@ -524,19 +535,19 @@ pub(crate) async fn run(
             #[cfg(not(target_arch = "wasm32"))]
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
-                    let (id, words) = (s.inputs[k].id(), s.inputs[k].dtype() != crate::DType::F32);
-                    let free = |(e, x): &(usize, &(u64, (u64, u64), bool, PooledTexture))| {
-                        (x.0, x.1, x.2) == (id, *range, words) && !textures.iter().any(|t| t.1 == *e)
-                    };
-                    let e = match staged.iter().enumerate().find(free) {
-                        Some((e, _)) => e,
+                    let (tensor, words) = (s.inputs[k].id(), s.inputs[k].dtype() != crate::DType::F32);
+                    let e = match staged.iter().enumerate().position(|(e, x)| {
+                        (x.tensor, x.range, x.words) == (tensor, *range, words) && !textures.iter().any(|t| t.1 == e)
+                    }) {
+                        Some(e) => e,
                         None => {
-                            let t = stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
-                            staged.push((id, *range, words, t));
+                            let texture =
+                                stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
+                            staged.push(Staged { tensor, range: *range, words, texture });
                             staged.len() - 1
                         }
                     };
-                    let view = staged[e].3.texture().create_view(&wgpu::TextureViewDescriptor::default());
+                    let view = staged[e].texture.texture().create_view(&wgpu::TextureViewDescriptor::default());
                     textures.push((k, e, view));
                 }
             }
@@ -590,8 +601,8 @@ pub(crate) async fn run(
         // Textures of tensors no later kernel reads are free for the next copies.
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) {
-                while let Some(e) = staged.iter().position(|x| x.0 == i.id()) {
-                    local_textures.push(staged.swap_remove(e).3);
+                while let Some(e) = staged.iter().position(|x| x.tensor == i.id()) {
+                    local_textures.push(staged.swap_remove(e).texture);
                 }
             }
         }
