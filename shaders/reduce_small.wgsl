@@ -1,5 +1,7 @@
 // A short reduction: one invocation per output element, a serial loop over the reduced
-// elements. meta: [0] output count, [1] reduction length.
+// elements. meta: [0] output count, [1] reduction length. Blocks of 32 are combined
+// first and their results then, so a long f32 sum is about as accurate as a workgroup's
+// tree (CPU adapters take this kernel for reductions of thousands).
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -9,13 +11,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let len = m(1u);
     var acc = acc_identity();
-    for (var r = 0u; r < len; r += 1u) {
-        skip_out = false;
-        let x = reduce_input(o, r);
-        // A load outside this dispatch's window of a split input contributes nothing.
-        if (!WINDOWED || !skip_out) {
-            acc = combine(acc, Acc(x, r));
+    for (var r0 = 0u; r0 < len; r0 += 32u) {
+        var block = acc_identity();
+        for (var r = r0; r < min(r0 + 32u, len); r += 1u) {
+            skip_out = false;
+            let x = reduce_input(o, r);
+            // A load outside this dispatch's window of a split input contributes nothing.
+            if (!WINDOWED || !skip_out) {
+                block = combine(block, Acc(x, r));
+            }
         }
+        acc = combine(acc, block);
     }
     store_result(o, acc);
 }
