@@ -23,6 +23,9 @@ pub struct Stats {
     /// Device buffers created (pool misses), operand textures included
     /// (`ShaderCaps::texture_rows`).
     pub buffers_allocated: u64,
+    /// Copies of operands into textures (`ShaderCaps::texture_rows`; one per tensor and
+    /// byte range in a submit).
+    pub operand_copies: u64,
     /// Bytes of device buffers (and operand textures) held by live tensors and running
     /// plans.
     pub bytes_in_use: u64,
@@ -37,7 +40,7 @@ impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "kernels {} | submits {} | realizations {} | plans built {} replayed {} | pipelines {} (cache hits {}) | buffers {} | in use {} B (peak {} B) | allocated {} B",
+            "kernels {} | submits {} | realizations {} | plans built {} replayed {} | pipelines {} (cache hits {}) | buffers {} | operand copies {} | in use {} B (peak {} B) | allocated {} B",
             self.kernels_dispatched,
             self.submits,
             self.realizations,
@@ -46,6 +49,7 @@ impl std::fmt::Display for Stats {
             self.pipelines_compiled,
             self.pipeline_cache_hits,
             self.buffers_allocated,
+            self.operand_copies,
             self.bytes_in_use,
             self.peak_bytes,
             self.bytes_allocated
@@ -64,6 +68,7 @@ pub(crate) struct Counters {
     pub plans: AtomicU64,
     pub replays: AtomicU64,
     pub buffers: AtomicU64,
+    pub operand_copies: AtomicU64,
     pub in_use: AtomicU64,
     pub peak: AtomicU64,
     pub allocated: AtomicU64,
@@ -78,6 +83,7 @@ pub(crate) static GLOBAL: Counters = Counters {
     plans: AtomicU64::new(0),
     replays: AtomicU64::new(0),
     buffers: AtomicU64::new(0),
+    operand_copies: AtomicU64::new(0),
     in_use: AtomicU64::new(0),
     peak: AtomicU64::new(0),
     allocated: AtomicU64::new(0),
@@ -94,6 +100,9 @@ pub(crate) enum Counter {
     Plans,
     Replays,
     Buffers,
+    // Operand textures are native only.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    OperandCopies,
 }
 
 impl Counters {
@@ -107,6 +116,7 @@ impl Counters {
             Counter::Plans => &self.plans,
             Counter::Replays => &self.replays,
             Counter::Buffers => &self.buffers,
+            Counter::OperandCopies => &self.operand_copies,
         }
     }
 
@@ -154,6 +164,7 @@ impl Counters {
             plans_built: self.plans.load(Relaxed),
             plans_replayed: self.replays.load(Relaxed),
             buffers_allocated: self.buffers.load(Relaxed),
+            operand_copies: self.operand_copies.load(Relaxed),
             bytes_in_use: self.in_use.load(Relaxed),
             peak_bytes: self.peak.load(Relaxed),
             bytes_allocated: self.allocated.load(Relaxed),

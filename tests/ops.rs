@@ -912,8 +912,7 @@ fn check_profiled(name: &str, dev: &Device, tol: Tol, build: impl Fn(&Device) ->
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
     // Operands and epilogue leaves (a bias and a residual) from textures or buffers, and
-    // one tensor as both operands (two copies of it in one kernel). The three products
-    // share one realisation, so x's texture is copied once for the kernels after the first.
+    // one tensor as both operands (two copies of it in one kernel).
     use common::private_gpu;
     let cases: [(&[usize], &[usize], bool); 5] = [
         (&[1000, 8], &[8, 64], false),
@@ -934,6 +933,24 @@ fn wide_matmul_from_textures_and_buffers() {
         // From textures, the batch of 130 rows and the 129 rows against B^T take 16
         // columns per lane (`matmul::wide_cols`, label `_c16`).
         let two_blocks = cpu_adapter && textures;
+        if cpu_adapter && textures {
+            // One realisation copies each operand into a texture once: x for x @ w1^T,
+            // x @ w2^T and as A of x @ x^T, a second x as its B, w1 and w2 (6 unshared).
+            let operands = |d: &Device| {
+                [(&[64, 32], 1), (&[48, 32], 2), (&[40, 32], 3)].map(|(s, seed)| rand_t(s, seed, -1.0, 1.0, d))
+            };
+            let products = |[x, w1, w2]: [Tensor; 3]| [x.matmul(&w1.t()), x.matmul(&w2.t()), x.matmul(&x.t())];
+            let ops = operands(&dev);
+            tessera::read_all_blocking(&ops).unwrap();
+            let before = dev.stats().operand_copies;
+            let got = tessera::read_all_blocking(&products(ops)).unwrap();
+            assert_eq!(dev.stats().operand_copies - before, 4, "operand copies for three products of x");
+            let want = tessera::read_all_blocking(&products(operands(&Device::reference()))).unwrap();
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tol = Tol::for_dtype(DType::F32).scaled(32);
+                common::assert_close(&format!("shared operand copies, output {o}"), g, w, tol);
+            }
+        }
         for (k, (a, b, trans_b)) in cases.iter().enumerate() {
             let build = |d: &Device| {
                 let x = rand_t(a, 160 + k as u64, -1.0, 1.0, d);

@@ -536,13 +536,15 @@ pub(crate) async fn run(
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
                     let (tensor, words) = (s.inputs[k].id(), s.inputs[k].dtype() != crate::DType::F32);
-                    let e = match staged.iter().enumerate().position(|(e, x)| {
+                    let e = match (0..staged.len()).find(|&e| {
+                        let x = &staged[e];
                         (x.tensor, x.range, x.words) == (tensor, *range, words) && !textures.iter().any(|t| t.1 == e)
                     }) {
                         Some(e) => e,
                         None => {
                             let texture =
                                 stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
+                            dev.0.counters.add(Counter::OperandCopies, 1);
                             staged.push(Staged { tensor, range: *range, words, texture });
                             staged.len() - 1
                         }
