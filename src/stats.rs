@@ -24,10 +24,11 @@ pub struct Stats {
     /// (`ShaderCaps::texture_rows`).
     pub buffers_allocated: u64,
     /// Copies of operands into textures (`ShaderCaps::texture_rows`; one per tensor and
-    /// byte range in a submit).
+    /// byte range in a submit, none where an earlier submit's copy of a tensor is kept).
     pub operand_copies: u64,
     /// Bytes of device buffers (and operand textures) held by live tensors and running
-    /// plans.
+    /// plans, and by the operand textures kept for later submits (the texture cache of
+    /// CPU adapters, released with the tensors they copy).
     pub bytes_in_use: u64,
     /// The most `bytes_in_use` has been.
     pub peak_bytes: u64,

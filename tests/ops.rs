@@ -909,6 +909,47 @@ fn check_profiled(name: &str, dev: &Device, tol: Tol, build: impl Fn(&Device) ->
     labels
 }
 
+/// The copies of operands realised before a submit are kept for later submits (the pool's
+/// texture cache): copied once, dropped when their tensor's buffer is written in place
+/// (`scatter_rows`) or dropped.
+fn texture_cache_keeps_copies_until_written_or_dropped(dev: &Device) {
+    let tol = Tol::for_dtype(DType::F32).scaled(32);
+    let in_use = dev.stats().bytes_in_use;
+    let x = rand_t(&[64, 32], 11, -1.0, 1.0, dev);
+    let w = rand_t(&[48, 32], 12, -1.0, 1.0, dev);
+    tessera::read_all_blocking(&[x.clone(), w.clone()]).unwrap();
+    let product = |x: &Tensor, w: &Tensor| {
+        let before = dev.stats().operand_copies;
+        let got = x.matmul(&w.t()).to_f64_vec_blocking().unwrap();
+        (got, dev.stats().operand_copies - before)
+    };
+    let (xs, ws) = (x.to_vec_blocking::<f32>().unwrap(), w.to_vec_blocking::<f32>().unwrap());
+    let want = |ws: &[f32]| {
+        let r = Device::reference();
+        let (x, w) = (Tensor::from_slice(&xs, [64, 32], &r), Tensor::from_slice(ws, [48, 32], &r));
+        x.matmul(&w.t()).to_f64_vec_blocking().unwrap()
+    };
+    let (first, copies) = product(&x, &w);
+    assert_eq!(copies, 2, "the first product copies x and w");
+    let (again, copies) = product(&x, &w);
+    assert_eq!(copies, 0, "a second product reads the kept copies");
+    assert_eq!(first, again);
+    common::assert_close("product from kept copies", &again, &want(&ws), tol);
+    // Rows 3 and 40 of w rewritten in place: w's kept copy is stale and must go.
+    let rows = Tensor::from_slice(&[3i32, 40], [2], dev);
+    let src = rand_t(&[2, 32], 13, -1.0, 1.0, dev);
+    let w2 = w.scatter_rows(&rows, &src);
+    w2.realize_blocking().unwrap();
+    let ws2 = w2.to_vec_blocking::<f32>().unwrap();
+    assert_ne!(ws, ws2);
+    let (after, copies) = product(&x, &w2);
+    assert_eq!(copies, 1, "after an in-place write, w is copied again (x is kept)");
+    common::assert_close("product after an in-place write", &after, &want(&ws2), tol);
+    // Dropping the tensors releases their kept copies.
+    drop((x, w2, rows, src));
+    assert_eq!(dev.stats().bytes_in_use, in_use, "bytes in use once the tensors are dropped");
+}
+
 #[test]
 fn wide_matmul_from_textures_and_buffers() {
     // Operands and epilogue leaves (a bias and a residual) from textures or buffers, and
@@ -950,6 +991,7 @@ fn wide_matmul_from_textures_and_buffers() {
                 let tol = Tol::for_dtype(DType::F32).scaled(32);
                 common::assert_close(&format!("shared operand copies, output {o}"), g, w, tol);
             }
+            texture_cache_keeps_copies_until_written_or_dropped(&dev);
         }
         for (k, (a, b, trans_b)) in cases.iter().enumerate() {
             let build = |d: &Device| {

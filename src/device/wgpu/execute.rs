@@ -150,14 +150,15 @@ fn stage_texture(
 }
 
 /// An operand texture holding `range` of tensor `tensor`'s buffer (32-bit words where
-/// `words`), kept for the later kernels of a submit that read the same. (The npm package
-/// stages none: operand textures are native only.)
+/// `words`), kept for the later kernels of a submit that read the same; shared with the
+/// pool's texture cache where the tensor was realised before this submit. (The npm
+/// package stages none: operand textures are native only.)
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 struct Staged {
     tensor: u64,
     range: (u64, u64),
     words: bool,
-    texture: PooledTexture,
+    texture: Arc<PooledTexture>,
 }
 
 /// Split every kernel into its dispatches, or fail with `Error::Limit` naming the kernel
@@ -448,6 +449,11 @@ pub(crate) async fn run(
     // until the tensor's last reader (MiniLM's Q, K and V products and the residual after
     // them read one activation).
     let mut staged: Vec<Staged> = Vec::new();
+    // Copies of tensors realised before this submit, for the pool's texture cache once the
+    // submit is queued (another thread's realisation must not read a copy whose submit
+    // it could overtake).
+    #[cfg_attr(target_arch = "wasm32", allow(unused_mut, unused_variables))]
+    let mut to_cache: Vec<(Arc<PooledBuffer>, Staged)> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
     // Each newly compiled kernel's own validation scope, popped right after compiling.
@@ -508,6 +514,14 @@ pub(crate) async fn run(
                 s.label
             )));
         }
+        // Copies kept of a buffer written in place are stale.
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            for b in s.alias.iter().map(|_| &out).chain(extra.iter().take(s.extra_aliases.len())) {
+                ctx.pool.forget_textures(b);
+                to_cache.retain(|c| !Arc::ptr_eq(&c.0, b));
+            }
+        }
         let mut pipeline_of = None;
         let chunks = &dispatches[j];
         for (c, d) in chunks.iter().enumerate() {
@@ -542,9 +556,30 @@ pub(crate) async fn run(
                     }) {
                         Some(e) => e,
                         None => {
-                            let texture =
-                                stage_texture(ctx, &mut encoder, &mut local_textures, b.buffer(), *range, words)?;
-                            dev.0.counters.add(Counter::OperandCopies, 1);
+                            // A tensor realised before this submit may have a copy kept
+                            // from an earlier one; what this submit produces is new. (A
+                            // second binding in one kernel gets its own copy.)
+                            let twice = staged.iter().any(|x| (x.tensor, x.range, x.words) == (tensor, *range, words));
+                            let earlier = !produced.contains_key(&tensor) && !twice;
+                            let texture = match earlier.then(|| ctx.pool.cached_texture(b, *range, words)).flatten() {
+                                Some(t) => t,
+                                None => {
+                                    let t = Arc::new(stage_texture(
+                                        ctx,
+                                        &mut encoder,
+                                        &mut local_textures,
+                                        b.buffer(),
+                                        *range,
+                                        words,
+                                    )?);
+                                    dev.0.counters.add(Counter::OperandCopies, 1);
+                                    if earlier {
+                                        let kept = Staged { tensor, range: *range, words, texture: t.clone() };
+                                        to_cache.push((b.clone(), kept));
+                                    }
+                                    t
+                                }
+                            };
                             staged.push(Staged { tensor, range: *range, words, texture });
                             staged.len() - 1
                         }
@@ -604,7 +639,10 @@ pub(crate) async fn run(
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) {
                 while let Some(e) = staged.iter().position(|x| x.tensor == i.id()) {
-                    local_textures.push(staged.swap_remove(e).texture);
+                    // (One the cache keeps is not free.)
+                    if let Ok(t) = Arc::try_unwrap(staged.swap_remove(e).texture) {
+                        local_textures.push(t);
+                    }
                 }
             }
         }
@@ -701,6 +739,11 @@ pub(crate) async fn run(
     if let Some(e) = v_err {
         let labels: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
         return Err(Error::Gpu { context: format!("kernels [{}]", labels.join(", ")), message: e.to_string() });
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    for (b, k) in to_cache {
+        ctx.pool.cache_texture(&b, k.range, k.words, &k.texture);
     }
 
     if let Some((st, bytes)) = &profile_read {
