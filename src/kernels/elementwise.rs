@@ -90,8 +90,10 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 }
 
 /// Whether an expression of these ops suits `form` (where the adapter has wide loads).
-/// Measured on lavapipe (2-core Xeon, AVX-512), ms per 4M f32, two runs of
-/// `TESSERA_ELEMENTWISE_FORM=... bench elementwise-ops`:
+/// [`Form::TexelsIn`] suits every expression with an f32 input that fits an operand
+/// texture; the other forms are for the rest. Measured on lavapipe (2-core Xeon,
+/// AVX-512), ms per 4M f32, two runs of `TESSERA_ELEMENTWISE_FORM=... bench
+/// elementwise-ops`:
 ///
 /// | expression | quads | wide | wide stores |
 /// | --- | --- | --- | --- |
@@ -116,11 +118,21 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
 /// EPYC (Zen 3, AVX2), same bench, two runs each (default choice / wide): `exp` 18.4-19.7
 /// / 12.5-12.7 ms, `sigmoid` 17.7-19.2 / 12.4-12.6, `relu` 16.9-19.7 / 12.0-12.1, the
 /// chain 20.9-21.4 / 14.6-15.1, `gelu` 20.9-21.2 / 14.5, `log(abs(x) + 1)` 20.4-21.6 /
-/// 13.2-14.3; wide stores took 17-23 ms on all of these. Where f32 inputs fit operand
-/// textures, they go as texels ([`Form::TexelsIn`]) before that: same host, two runs each
+/// 13.2-14.3; wide stores took 17-23 ms on all of these.
+///
+/// Where f32 inputs fit operand textures, they go as texels ([`Form::TexelsIn`]) before
+/// any of that. On that Zen 3, with the copy into the texture in every run, two runs each
 /// (wide / texels in, ms): `x * 2 + 1` 9.3-9.4 / 3.8-6.2, `exp` 9.8 / 4.4-4.9, `sigmoid`
 /// 9.9 / 4.7-7.9, `relu` 9.6-14.6 / 3.4-3.9, `relu(x + y)` 16.6-16.7 / 6.3-7.6, the chain
 /// 11.0-11.2 / 6.1-6.4, `gelu` 11.1 / 5.9-6.1, `x / (sqrt(abs(y)) + 1e-8)` 17.0 / 6.9-7.1.
+/// On a 2-core Zen 4 (AVX-512) the copy (about 1.6 ms for 4M f32, on one thread) ate what
+/// the texel loads saved until the pool kept copies across submits; since, an input
+/// realised earlier is copied once, and two alternating runs (the form above / texels
+/// in, ms): `x * 2 + 1` 3.35-3.45 / 2.24-2.48, `exp` 3.83-5.74 / 2.50-2.63, `sigmoid`
+/// 4.30-8.77 / 2.67-2.77, `relu` 3.84-7.82 / 1.94-2.04, `relu(x + y)` 4.23-8.31 /
+/// 2.81-3.04, the chain 6.21-7.69 / 4.12-4.23, `gelu` 6.19-6.21 / 3.73-3.95,
+/// `log(abs(x) + 1)` 4.78-4.97 / 3.53-4.24, `x / (sqrt(abs(y)) + 1e-8)` 4.76-5.12 /
+/// 5.13-5.20 (the one not faster).
 ///
 /// `TESSERA_ELEMENTWISE_FORM=quads|wide|wide-stores|texels-in` forces a form where it applies
 /// (quads otherwise), for such measurements.
@@ -146,8 +158,8 @@ fn suits(form: Form, ops: &[String], caps: &ShaderCaps) -> bool {
         Form::Quads => true,
         Form::WideStores => !has(&QUADS_FASTER),
         Form::Wide => caps.no_avx512 || (!has(&TRANSCENDENTAL) && !relu_alone),
-        // Measured on AVX2 hosts only (see `Form::TexelsIn`).
-        Form::TexelsIn => caps.no_avx512,
+        // Every CPU adapter (see `Form::TexelsIn`).
+        Form::TexelsIn => true,
     }
 }
 
@@ -171,8 +183,9 @@ enum Form {
     /// texture ([`ShaderCaps::texture_rows`]) read as two texels of a read-only storage
     /// texture (`kernels::TexelRead`): lavapipe loads a texel inline, without the loop
     /// over the SIMD lanes that a storage load runs, and the executor's copy into the
-    /// texture costs less than that loop. Kernel lab, 2-core Zen 3 (AVX2), 4M f32, the
-    /// chain `relu(tanh(exp(x*2+1))*x)` with its copy: 8.0-8.8 ms against 12.2-12.3 as
+    /// texture costs less than that loop (and is kept for later submits where the input
+    /// was realised before). Kernel lab, 2-core Zen 3 (AVX2), 4M f32, the chain
+    /// `relu(tanh(exp(x*2+1))*x)` with its copy: 8.0-8.8 ms against 12.2-12.3 as
     /// `vec4<u64>` in and out (two threads).
     TexelsIn,
 }
