@@ -188,6 +188,42 @@ fn exhausting_memory_is_an_error_and_existing_tensors_stay_intact() {
     // Freeing memory makes room again.
     kept.truncate(kept.len() / 2);
     (Tensor::full(7.0, [n], DType::F32, &dev) * 1.0).realize_blocking().unwrap();
+    // Kernels that read tensors realised earlier keep their operand textures (CPU
+    // adapters) for later submits, within a quarter of the budget: sliding windows of
+    // them evict one another, and near a full budget the kept copies are trimmed. Every
+    // sum is right, or at worst out of memory.
+    let window_sum = |from: usize| -> tessera::Result<()> {
+        let s = kept[from..from + 3].iter().fold(Tensor::full(0.0, [n], DType::F32, &dev), |acc, t| acc + t * 0.5);
+        let v = s.to_vec_blocking::<f32>()?;
+        let want = 0.5 * (3 * from + 3) as f32;
+        assert!(v.iter().all(|&x| x == want), "window {from}: {} against {want}", v[0]);
+        Ok(())
+    };
+    let (windows, copies) = (kept.len() - 3, dev.stats().operand_copies);
+    for from in 0..windows {
+        window_sum(from).unwrap();
+    }
+    let copied = dev.stats().operand_copies - copies;
+    if dev.info().device_type == "Cpu" && dev.capabilities().subgroups {
+        // Each window after the first copies one new tensor (2 + windows in all).
+        assert!(copied < 3 * windows as u64, "{copied} copies for {windows} windows of 3: none kept");
+    }
+    let mut filler = Vec::new();
+    loop {
+        let t = Tensor::full(1.0, [n], DType::F32, &dev) * 1.0;
+        if t.realize_blocking().is_err() {
+            break;
+        }
+        filler.push(t);
+        assert!(filler.len() < 64, "the budget was never reached again");
+    }
+    filler.pop();
+    for from in 0..kept.len() - 3 {
+        match window_sum(from) {
+            Ok(()) | Err(Error::OutOfMemory { .. }) => {}
+            Err(e) => panic!("window {from} near the budget: {e}"),
+        }
+    }
 }
 
 const KILL_DIR: &str = "TESSERA_KILL_DIR";

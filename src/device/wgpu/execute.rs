@@ -454,6 +454,8 @@ pub(crate) async fn run(
     // it could overtake).
     #[cfg_attr(target_arch = "wasm32", allow(unused_mut, unused_variables))]
     let mut to_cache: Vec<(Arc<PooledBuffer>, Staged)> = Vec::new();
+    // Kept copies that kernels of this submit read.
+    let mut read_kept: Vec<Arc<PooledTexture>> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
     // Each newly compiled kernel's own validation scope, popped right after compiling.
@@ -639,9 +641,11 @@ pub(crate) async fn run(
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) {
                 while let Some(e) = staged.iter().position(|x| x.tensor == i.id()) {
-                    // (One the cache keeps is not free.)
-                    if let Ok(t) = Arc::try_unwrap(staged.swap_remove(e).texture) {
-                        local_textures.push(t);
+                    // One the cache keeps is not free, and stays alive until the submit
+                    // is queued (a trim may empty the cache meanwhile).
+                    match Arc::try_unwrap(staged.swap_remove(e).texture) {
+                        Ok(t) => local_textures.push(t),
+                        Err(kept) => read_kept.push(kept),
                     }
                 }
             }
@@ -711,6 +715,7 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
     drop(local_textures);
+    drop(read_kept);
     drop(staged);
     drop(sink_meta);
 
