@@ -111,16 +111,14 @@ pub(crate) struct PooledBuffer {
 }
 
 impl PooledBuffer {
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("pooled buffer present until drop")
+    }
+
     /// Its address, which keys the texture cache while it lives.
     #[cfg(not(target_arch = "wasm32"))]
     fn key(&self) -> usize {
         self as *const PooledBuffer as usize
-    }
-}
-
-impl PooledBuffer {
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        self.buffer.as_ref().expect("pooled buffer present until drop")
     }
 }
 
