@@ -130,16 +130,21 @@ impl Tensor {
 
     /// The storage buffer of this realised tensor, lent to the application (call
     /// [`Tensor::realize`] first). Reading it in a later submit of the same queue sees
-    /// the values.
+    /// the values; writing it changes what later realisations read of this tensor (and
+    /// of views that share its buffer).
     pub fn wgpu_buffer(&self) -> Result<WgpuBuffer> {
         self.check()?;
         gpu_of(self.device(), "wgpu_buffer")?;
         match self.storage() {
-            Some(Storage::Gpu(s)) => Ok(WgpuBuffer {
-                buffer: s.buffer.buffer().clone(),
-                size: self.dtype().storage_bytes(self.numel()),
-                _storage: s,
-            }),
+            Some(Storage::Gpu(s)) => {
+                // No texture copy of it is kept from now on: the application may write it.
+                s.buffer.lend();
+                Ok(WgpuBuffer {
+                    buffer: s.buffer.buffer().clone(),
+                    size: self.dtype().storage_bytes(self.numel()),
+                    _storage: s,
+                })
+            }
             _ => Err(Error::Unsupported(format!(
                 "wgpu_buffer: tensor {} is not realised yet (call realize() first)",
                 self.id()

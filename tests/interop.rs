@@ -12,6 +12,13 @@ use tessera::{DType, Device, Tensor};
 
 /// The application's device and queue, on the first adapter Tessera lists.
 fn app() -> (wgpu::Device, wgpu::Queue) {
+    app_with(false)
+}
+
+/// The application's device, with every feature and limit of the adapter where `full`
+/// (then Tessera's kernels for it are those of its own device: on lavapipe, 64-bit
+/// loads and operand textures).
+fn app_with(full: bool) -> (wgpu::Device, wgpu::Queue) {
     let first = Device::list().into_iter().next().unwrap_or_else(|| {
         panic!("no GPU adapter: install Mesa's lavapipe (scripts/setup.sh); these tests need a wgpu device")
     });
@@ -23,7 +30,12 @@ fn app() -> (wgpu::Device, wgpu::Queue) {
         .into_iter()
         .find(|a| a.get_info().name == first.name)
         .unwrap_or_else(|| panic!("adapter {} not found by a fresh wgpu instance", first.name));
-    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor::default()))
+    let mut descriptor = wgpu::DeviceDescriptor::default();
+    if full {
+        descriptor.required_features = adapter.features();
+        descriptor.required_limits = adapter.limits();
+    }
+    pollster::block_on(adapter.request_device(&descriptor))
         .unwrap_or_else(|e| panic!("{}: request_device: {e}", first.name))
 }
 
@@ -164,6 +176,34 @@ fn a_realised_tensor_lends_its_buffer() {
     let halves: Vec<f32> = bytes.chunks_exact(2).map(|b| tessera::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
     assert_eq!(halves, h.to_vec_blocking::<tessera::f16>().unwrap().iter().map(|v| v.to_f32()).collect::<Vec<_>>());
     assert!(Tensor::ones([2], DType::F32, &Device::cpu()).wgpu_buffer().is_err());
+}
+
+#[test]
+fn an_application_writing_a_lent_buffer_is_seen_by_later_realisations() {
+    let (device, queue) = app_with(true);
+    let dev = Device::from_wgpu(device.clone(), queue.clone());
+    common::record(&dev);
+    let x = Tensor::randn([4096], 5, &dev);
+    x.realize_blocking().unwrap();
+    let scaled = || {
+        let before = dev.stats().operand_copies;
+        let v = (&x * 3.0).to_vec_blocking::<f32>().unwrap();
+        (v, dev.stats().operand_copies - before)
+    };
+    let (first, copied) = scaled();
+    let (again, copied_again) = scaled();
+    assert_eq!(first, again);
+    // An application's device reads no operand textures today (`texture_rows` 0); where
+    // a kernel reads x through a copy, the second reads the kept one, and lending the
+    // buffer must drop it (`PooledBuffer::lend`).
+    if copied > 0 {
+        assert_eq!(copied_again, 0, "operand copies of the second kernel");
+    }
+    // The application overwrites x through the lent buffer.
+    let lent = x.wgpu_buffer().unwrap();
+    queue.write_buffer(lent.buffer(), lent.offset(), bytemuck::cast_slice(&[1f32; 4096]));
+    let (after, _) = scaled();
+    assert!(after.iter().all(|&v| v == 3.0), "3 x the written values: {:?}", &after[..4]);
 }
 
 #[test]

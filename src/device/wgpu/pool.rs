@@ -6,7 +6,7 @@ use crate::kernels::TEXTURE_WIDTH;
 use crate::stats::Counters;
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Round a byte size up to its pool class: powers of two and 1.5× powers of two, at
@@ -108,6 +108,9 @@ pub(crate) struct PooledBuffer {
     usage: wgpu::BufferUsages,
     pool: Arc<PoolInner>,
     borrowed: bool,
+    /// Lent to the application (`Tensor::wgpu_buffer`), which may write it: no texture
+    /// copy of it is kept.
+    lent: AtomicBool,
 }
 
 impl PooledBuffer {
@@ -119,6 +122,14 @@ impl PooledBuffer {
     #[cfg(not(target_arch = "wasm32"))]
     fn key(&self) -> usize {
         self as *const PooledBuffer as usize
+    }
+
+    /// Mark it lent to the application, which may write it: the texture copies kept of
+    /// it go, and none is kept again.
+    pub fn lend(&self) {
+        self.lent.store(true, Ordering::Relaxed);
+        #[cfg(not(target_arch = "wasm32"))]
+        self.pool.forget_textures_of(self.key());
     }
 }
 
@@ -270,7 +281,14 @@ impl BufferPool {
             }
         };
         self.0.counters.in_use(class as i64);
-        Ok(PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: false })
+        Ok(PooledBuffer {
+            buffer: Some(buffer),
+            class,
+            usage,
+            pool: self.0.clone(),
+            borrowed: false,
+            lent: AtomicBool::new(false),
+        })
     }
 
     /// Count `class` more bytes as held, first releasing free buffers and textures when
@@ -340,14 +358,14 @@ impl BufferPool {
     }
 
     /// Keep `texture`, the copy of `range` of `buffer`, for later submits (not for an
-    /// application's buffer, which it may write at any time), evicting the least
+    /// application's buffer, or one lent to it, which it may write at any time), evicting the least
     /// recently used past the cache's capacity. Call it once the submit that copies is
     /// queued: a realisation that finds the copy must not be able to overtake it.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn cache_texture(&self, buffer: &PooledBuffer, range: (u64, u64), words: bool, texture: &Arc<PooledTexture>) {
         let bytes = u64::from(texture.rows()) * TEXTURE_ROW_BYTES;
         let capacity = TextureCache::capacity(self.0.limit.load(Ordering::Relaxed));
-        if buffer.borrowed || bytes > capacity {
+        if buffer.borrowed || buffer.lent.load(Ordering::Relaxed) || bytes > capacity {
             return;
         }
         let evicted = match self.0.texture_cache.lock() {
@@ -381,7 +399,14 @@ impl BufferPool {
     /// An application's buffer, used in place and never pooled, counted or destroyed.
     pub fn borrow(&self, buffer: wgpu::Buffer) -> PooledBuffer {
         let (class, usage) = (buffer.size(), buffer.usage());
-        PooledBuffer { buffer: Some(buffer), class, usage, pool: self.0.clone(), borrowed: true }
+        PooledBuffer {
+            buffer: Some(buffer),
+            class,
+            usage,
+            pool: self.0.clone(),
+            borrowed: true,
+            lent: AtomicBool::new(false),
+        }
     }
 
     /// Destroy every free buffer and texture; returns the bytes released.
