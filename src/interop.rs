@@ -138,6 +138,7 @@ impl Tensor {
         match self.storage() {
             Some(Storage::Gpu(s)) => {
                 // No texture copy of it is kept from now on: the application may write it.
+                #[cfg(not(target_arch = "wasm32"))]
                 s.buffer.lend();
                 Ok(WgpuBuffer {
                     buffer: s.buffer.buffer().clone(),

@@ -444,17 +444,21 @@ pub(crate) async fn run(
     let mut produced: HashMap<u64, Arc<PooledBuffer>> = HashMap::new();
     let mut local_free: Vec<Arc<PooledBuffer>> = Vec::new();
     // Operand textures of kernels already encoded, free for later kernels of this submit.
+    #[cfg(not(target_arch = "wasm32"))]
     let mut local_textures: Vec<PooledTexture> = Vec::new();
     // Operand textures that a later kernel of this submit may read again. A copy is shared
     // until the tensor's last reader (MiniLM's Q, K and V products and the residual after
     // them read one activation).
+    // (Native only, as all of the operand textures' state: the npm package's size budget.)
+    #[cfg(not(target_arch = "wasm32"))]
     let mut staged: Vec<Staged> = Vec::new();
     // Copies of tensors realised before this submit, for the pool's texture cache once the
     // submit is queued (another thread's realisation must not read a copy whose submit
     // it could overtake).
-    #[cfg_attr(target_arch = "wasm32", allow(unused_mut, unused_variables))]
+    #[cfg(not(target_arch = "wasm32"))]
     let mut to_cache: Vec<(Arc<PooledBuffer>, Staged)> = Vec::new();
     // Kept copies that kernels of this submit read.
+    #[cfg(not(target_arch = "wasm32"))]
     let mut read_kept: Vec<Arc<PooledTexture>> = Vec::new();
     let mut inherited: Vec<Arc<PendingCheck>> = Vec::new();
     let mut dispatched = 0u64;
@@ -638,6 +642,7 @@ pub(crate) async fn run(
         }
         meta_index += chunks.len();
         // Textures of tensors no later kernel reads are free for the next copies.
+        #[cfg(not(target_arch = "wasm32"))]
         for i in &s.inputs {
             if last_use.get(&i.id()) == Some(&j) {
                 while let Some(e) = staged.iter().position(|x| x.tensor == i.id()) {
@@ -714,9 +719,8 @@ pub(crate) async fn run(
     dev.0.counters.add(Counter::Kernels, dispatched);
     dev.0.counters.add(Counter::Realizations, 1);
     drop(local_free);
-    drop(local_textures);
-    drop(read_kept);
-    drop(staged);
+    #[cfg(not(target_arch = "wasm32"))]
+    drop((local_textures, read_kept, staged));
     drop(sink_meta);
 
     // Pop both scopes before awaiting either: on the web, error scopes are a per-device

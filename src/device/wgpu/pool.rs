@@ -6,7 +6,9 @@ use crate::kernels::TEXTURE_WIDTH;
 use crate::stats::Counters;
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(target_arch = "wasm32"))]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Round a byte size up to its pool class: powers of two and 1.5× powers of two, at
@@ -110,6 +112,7 @@ pub(crate) struct PooledBuffer {
     borrowed: bool,
     /// Lent to the application (`Tensor::wgpu_buffer`), which may write it: no texture
     /// copy of it is kept.
+    #[cfg(not(target_arch = "wasm32"))]
     lent: AtomicBool,
 }
 
@@ -126,9 +129,9 @@ impl PooledBuffer {
 
     /// Mark it lent to the application, which may write it: the texture copies kept of
     /// it go, and none is kept again.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn lend(&self) {
         self.lent.store(true, Ordering::Relaxed);
-        #[cfg(not(target_arch = "wasm32"))]
         self.pool.forget_textures_of(self.key());
     }
 }
@@ -287,6 +290,7 @@ impl BufferPool {
             usage,
             pool: self.0.clone(),
             borrowed: false,
+            #[cfg(not(target_arch = "wasm32"))]
             lent: AtomicBool::new(false),
         })
     }
@@ -358,9 +362,10 @@ impl BufferPool {
     }
 
     /// Keep `texture`, the copy of `range` of `buffer`, for later submits (not for an
-    /// application's buffer, or one lent to it, which it may write at any time), evicting the least
-    /// recently used past the cache's capacity. Call it once the submit that copies is
-    /// queued: a realisation that finds the copy must not be able to overtake it.
+    /// application's buffer, or one lent to it, which it may write at any time),
+    /// evicting the least recently used past the cache's capacity. Call it once the
+    /// submit that copies is queued: a realisation that finds the copy must not be able
+    /// to overtake it.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn cache_texture(&self, buffer: &PooledBuffer, range: (u64, u64), words: bool, texture: &Arc<PooledTexture>) {
         let bytes = u64::from(texture.rows()) * TEXTURE_ROW_BYTES;
@@ -405,6 +410,7 @@ impl BufferPool {
             usage,
             pool: self.0.clone(),
             borrowed: true,
+            #[cfg(not(target_arch = "wasm32"))]
             lent: AtomicBool::new(false),
         }
     }
