@@ -556,16 +556,14 @@ pub(crate) async fn run(
             for (k, (b, range)) in inputs.iter().zip(&d.inputs).enumerate() {
                 if s.textured >> k & 1 == 1 {
                     let (tensor, words) = (s.inputs[k].id(), s.inputs[k].dtype() != crate::DType::F32);
-                    let e = match (0..staged.len()).find(|&e| {
-                        let x = &staged[e];
-                        (x.tensor, x.range, x.words) == (tensor, *range, words) && !textures.iter().any(|t| t.1 == e)
-                    }) {
+                    let same = |x: &Staged| (x.tensor, x.range, x.words) == (tensor, *range, words);
+                    let e = match (0..staged.len()).find(|&e| same(&staged[e]) && !textures.iter().any(|t| t.1 == e)) {
                         Some(e) => e,
                         None => {
                             // A tensor realised before this submit may have a copy kept
                             // from an earlier one; what this submit produces is new. (A
                             // second binding in one kernel gets its own copy.)
-                            let twice = staged.iter().any(|x| (x.tensor, x.range, x.words) == (tensor, *range, words));
+                            let twice = staged.iter().any(same);
                             let earlier = !produced.contains_key(&tensor) && !twice;
                             let texture = match earlier.then(|| ctx.pool.cached_texture(b, *range, words)).flatten() {
                                 Some(t) => t,

@@ -68,6 +68,14 @@ struct CachedTexture {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
+impl CachedTexture {
+    /// Whether it is the copy of `range` of the buffer at `key` (as words where `words`).
+    fn copies(&self, key: usize, range: (u64, u64), words: bool) -> bool {
+        (self.buffer, self.range, self.words) == (key, range, words)
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
 impl TextureCache {
     /// Bytes of textures kept without a memory budget; a quarter of the budget with one.
     const CAPACITY: u64 = 512 << 20;
@@ -356,7 +364,7 @@ impl BufferPool {
         let mut c = self.0.texture_cache.lock().ok()?;
         c.clock += 1;
         let now = c.clock;
-        let e = c.entries.iter_mut().find(|e| (e.buffer, e.range, e.words) == (buffer.key(), range, words))?;
+        let e = c.entries.iter_mut().find(|e| e.copies(buffer.key(), range, words))?;
         e.used = now;
         Some(e.texture.clone())
     }
@@ -378,7 +386,7 @@ impl BufferPool {
                 c.clock += 1;
                 let used = c.clock;
                 let key = buffer.key();
-                if c.entries.iter().any(|e| (e.buffer, e.range, e.words) == (key, range, words)) {
+                if c.entries.iter().any(|e| e.copies(key, range, words)) {
                     return; // another realisation kept its copy first
                 }
                 c.entries.push(CachedTexture { buffer: key, range, words, texture: texture.clone(), bytes, used });
