@@ -179,6 +179,44 @@ fn a_realised_tensor_lends_its_buffer() {
 }
 
 #[test]
+fn an_application_device_takes_the_kernels_of_its_adapter() {
+    // `Device::from_wgpu` learns the adapter from the device and takes the features the
+    // device was made with: with all of the adapter's, the capabilities Tessera's own
+    // device would have; with wgpu's defaults, no optional feature.
+    let first = Device::list().into_iter().next().expect("an adapter (app_with checked)");
+    let (device, queue) = app_with(true);
+    let dev = Device::from_wgpu(device, queue);
+    let info = dev.info();
+    assert_eq!(
+        (info.name.as_str(), info.backend.as_str(), info.device_type.as_str()),
+        (first.name.as_str(), first.backend.as_str(), first.device_type.as_str())
+    );
+    let (c, f) = (dev.capabilities(), &first.capabilities);
+    assert_eq!(
+        (c.shader_f16, c.subgroups, c.subgroup_min_size, c.subgroup_max_size),
+        (f.shader_f16, f.subgroups, f.subgroup_min_size, f.subgroup_max_size)
+    );
+    let (device, queue) = app();
+    let plain = Device::from_wgpu(device, queue);
+    assert!(!plain.capabilities().subgroups && !plain.capabilities().shader_f16);
+    // Both compute right (their kernels differ on a CPU adapter).
+    for d in [&dev, &plain] {
+        let x = Tensor::from_slice(&(0..96 * 64).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>(), [96, 64], d);
+        let w = Tensor::from_slice(&(0..64 * 40).map(|i| (i % 5) as f32 - 2.0).collect::<Vec<_>>(), [64, 40], d);
+        let got: Vec<f32> = (x.matmul(&w) * 0.5).relu().to_vec_blocking().unwrap();
+        for (k, g) in got.iter().enumerate() {
+            let (r, c) = (k / 40, k % 40);
+            let dot: f32 = (0..64)
+                .map(|j| ((r * 64 + j) % 7) as f32 - 3.0)
+                .zip((0..64).map(|j| ((j * 40 + c) % 5) as f32 - 2.0))
+                .map(|(a, b)| a * b)
+                .sum();
+            assert_eq!(*g, (dot * 0.5).max(0.0), "{}: element {k}", d.info().name);
+        }
+    }
+}
+
+#[test]
 fn an_application_writing_a_lent_buffer_is_seen_by_later_realisations() {
     let (device, queue) = app_with(true);
     let dev = Device::from_wgpu(device.clone(), queue.clone());
@@ -193,9 +231,12 @@ fn an_application_writing_a_lent_buffer_is_seen_by_later_realisations() {
     let (first, copied) = scaled();
     let (again, copied_again) = scaled();
     assert_eq!(first, again);
-    // An application's device reads no operand textures today (`texture_rows` 0); where
-    // a kernel reads x through a copy, the second reads the kept one, and lending the
-    // buffer must drop it (`PooledBuffer::lend`).
+    // On a CPU adapter an application's device made with the adapter's features reads
+    // operands through texture copies as Tessera's own does: the second kernel reads the
+    // kept copy, and lending the buffer must drop it (`PooledBuffer::lend`).
+    if dev.info().device_type == "Cpu" {
+        assert!(copied > 0, "the first kernel reads x through a texture copy");
+    }
     if copied > 0 {
         assert_eq!(copied_again, 0, "operand copies of the second kernel");
     }

@@ -359,7 +359,10 @@ impl Device {
     }
 
     /// Wrap an application's own wgpu device and queue, so a renderer and Tessera share
-    /// one GPU. Features the device was created with decide the kernel variants.
+    /// one GPU. The adapter the device came from (`wgpu::Device::adapter_info`) and the
+    /// features it was created with decide the kernel variants, as for [`Device::new`]:
+    /// a device made with all of its adapter's features runs the kernels Tessera's own
+    /// would (on lavapipe, 64-bit loads, subgroups and operand textures).
     ///
     /// The application must use the same wgpu major version as Tessera (re-exported as
     /// `tessera::wgpu`; eframe 0.37 uses the same). Tensors then pass to the renderer

@@ -229,11 +229,6 @@ impl GpuContext {
         ctx.pool.set_limit(options.memory_limit.or(env.memory_limit));
         ctx.invalid_kernel = options.invalid_kernel_for_testing.clone();
         ctx.max_pipelines = options.max_pipelines.or(env.max_pipelines).unwrap_or(crate::device::DEFAULT_MAX_PIPELINES);
-        ctx.serial = info.backend == wgpu::Backend::Gl;
-        ctx.info.name = info.name.clone();
-        ctx.info.backend = format!("{:?}", info.backend);
-        ctx.info.device_type = format!("{:?}", info.device_type);
-        ctx.info.driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
         // Matmul kernel and tile: explicit, forced family, autotuned, or the default.
         let key = super::autotune::key_of(&ctx.info);
         let tuned = || options.autotune_cache.as_deref().and_then(|p| super::autotune::lookup(p, &key));
@@ -277,40 +272,12 @@ impl GpuContext {
         if let Some(w) = options.max_workgroups_per_dimension {
             ctx.caps.max_workgroups = ctx.caps.max_workgroups.min(w.max(1));
         }
-        ctx.info.capabilities =
-            capabilities((info.subgroup_min_size, info.subgroup_max_size), ctx.device.features(), &ctx.device.limits());
         if let Some(b) = options.max_binding_size.or(env.max_binding_size) {
             let c = &mut ctx.info.capabilities;
             c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
         }
         ctx.caps.max_binding = ctx.info.capabilities.max_storage_buffer_binding_size;
-        ctx.caps.wide_loads = info.device_type == wgpu::DeviceType::Cpu
-            && ctx.device.features().contains(wgpu::Features::SHADER_INT64)
-            && !cfg!(target_arch = "wasm32")
-            && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
-        ctx.caps.no_avx512 = ctx.caps.wide_loads && !host_has_avx512();
-        // Lavapipe fetches texels without its loop over the SIMD lanes: the wide matmul
-        // reads operands copied into textures (2-core Zen 3, 704x1536x384 with the
-        // copies: 20 against 44 GFLOP/s in the kernel lab). Only where every input a
-        // kernel may have (`Device::max_kernel_inputs`) can be a texture of either kind
-        // (lavapipe: 32 storage buffers, 36 storage and 37 sampled textures a stage).
-        #[cfg(not(target_arch = "wasm32"))]
-        let limits = ctx.device.limits();
-        #[cfg(not(target_arch = "wasm32"))]
-        if ctx.caps.wide_loads
-            && switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)
-            && limits.max_texture_dimension_2d >= crate::kernels::TEXTURE_WIDTH
-            && limits.max_storage_textures_per_shader_stage.min(limits.max_sampled_textures_per_shader_stage)
-                >= limits.max_storage_buffers_per_shader_stage.min(64)
-        {
-            ctx.caps.texture_rows = limits.max_texture_dimension_2d;
-        }
-        // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
-        // which naga's front-end (and so wgpu's native path) refuses.
-        let c = &ctx.info.capabilities;
-        if c.subgroups && !cfg!(target_arch = "wasm32") && std::env::var("TESSERA_SUBGROUPS").as_deref() != Ok("0") {
-            ctx.caps.subgroup_min = c.subgroup_min_size;
-        }
+        ctx.cpu_paths(Some(switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)));
         Ok(ctx)
     }
 
@@ -331,18 +298,24 @@ impl GpuContext {
                 }
             }));
         }
+        // The adapter the device came from and the features it was created with decide
+        // the kernels, for an application's device as for Tessera's own.
+        let adapter = device.adapter_info();
         let features = device.features();
         let limits = device.limits();
-        let caps = capabilities((0, 0), features, &limits);
+        let caps = capabilities((adapter.subgroup_min_size, adapter.subgroup_max_size), features, &limits);
+        let device_type = format!("{:?}", adapter.device_type);
+        let matmul = super::autotune::MatmulConfig::default_for(crate::kernels::matmul::prefer_direct(&device_type));
+        let cpu = adapter.device_type == wgpu::DeviceType::Cpu && !cfg!(target_arch = "wasm32");
         let counters = Arc::new(Counters::default());
-        GpuContext {
+        let mut ctx = GpuContext {
             caps: ShaderCaps {
                 native_f16: caps.shader_f16,
                 max_workgroups: caps.max_compute_workgroups_per_dimension,
-                direct_matmul: crate::kernels::matmul::prefer_direct("Other"),
-                matmul_tile: (4, 4),
-                tiled_vec4: true,
-                implicit_gemm: !crate::kernels::matmul::prefer_direct("Other"),
+                direct_matmul: matmul.direct,
+                matmul_tile: (matmul.tm, matmul.tn),
+                tiled_vec4: !matmul.direct && matmul.vec4,
+                implicit_gemm: !matmul.direct,
                 max_binding: caps.max_storage_buffer_binding_size,
                 subgroup_min: 0,
                 wide_loads: false,
@@ -350,10 +323,10 @@ impl GpuContext {
                 texture_rows: 0,
             },
             info: DeviceInfo {
-                name: "wgpu device".into(),
-                backend: "wgpu".into(),
-                device_type: "Other".into(),
-                driver: String::new(),
+                name: adapter.name.clone(),
+                backend: format!("{:?}", adapter.backend),
+                device_type,
+                driver: format!("{} {}", adapter.driver, adapter.driver_info).trim().to_string(),
                 forced_fallback,
                 capabilities: caps,
                 placement: "the application's own wgpu device (Device::from_wgpu)".into(),
@@ -366,10 +339,52 @@ impl GpuContext {
             lost,
             uncaptured,
             invalid_kernel: None,
-            fused_attention: false,
-            serial: false,
+            // Attention fused on native CPU adapters (see `new`).
+            fused_attention: cpu,
+            serial: adapter.backend == wgpu::Backend::Gl,
             device,
             queue,
+        };
+        ctx.cpu_paths(None);
+        ctx
+    }
+
+    /// The kernels of native CPU adapters, where the device's features allow them: wide
+    /// loads (`SHADER_INT64`), operand textures (`texture_operands`, else
+    /// `TESSERA_TEXTURE_OPERANDS`, else on), and subgroup kernels.
+    fn cpu_paths(&mut self, texture_operands: Option<bool>) {
+        self.caps.wide_loads = self.info.device_type == "Cpu"
+            && self.device.features().contains(wgpu::Features::SHADER_INT64)
+            && !cfg!(target_arch = "wasm32")
+            && std::env::var("TESSERA_WIDE_LOADS").as_deref() != Ok("0");
+        self.caps.no_avx512 = self.caps.wide_loads && !host_has_avx512();
+        // Lavapipe fetches texels without its loop over the SIMD lanes: the wide matmul
+        // reads operands copied into textures (2-core Zen 3, 704x1536x384 with the
+        // copies: 20 against 44 GFLOP/s in the kernel lab). Only where every input a
+        // kernel may have (`Device::max_kernel_inputs`) can be a texture of either kind
+        // (lavapipe: 32 storage buffers, 36 storage and 37 sampled textures a stage).
+        self.caps.texture_rows = 0;
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let limits = self.device.limits();
+            let wanted = texture_operands.unwrap_or(std::env::var("TESSERA_TEXTURE_OPERANDS").as_deref() != Ok("0"));
+            if self.caps.wide_loads
+                && wanted
+                && limits.max_texture_dimension_2d >= crate::kernels::TEXTURE_WIDTH
+                && limits.max_storage_textures_per_shader_stage.min(limits.max_sampled_textures_per_shader_stage)
+                    >= limits.max_storage_buffers_per_shader_stage.min(64)
+            {
+                self.caps.texture_rows = limits.max_texture_dimension_2d;
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = texture_operands;
+        // Subgroup kernels on native backends only: browsers want `enable subgroups;`,
+        // which naga's front-end (and so wgpu's native path) refuses.
+        let c = &self.info.capabilities;
+        self.caps.subgroup_min = 0;
+        if c.subgroups && !cfg!(target_arch = "wasm32") && std::env::var("TESSERA_SUBGROUPS").as_deref() != Ok("0") {
+            self.caps.subgroup_min = c.subgroup_min_size;
         }
     }
 
