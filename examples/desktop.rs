@@ -118,6 +118,12 @@ impl App {
         // Tessera on the app's own device and queue.
         let dev = Device::from_wgpu(rs.device.clone(), rs.queue.clone());
         let timestamps = dev.info().capabilities.timestamp_query;
+        // The adapter, and what the device it made gives Tessera's kernels.
+        let info = dev.info();
+        let adapter = format!(
+            "{} ({}, {}, subgroups of {})",
+            info.name, info.backend, info.device_type, info.capabilities.subgroup_min_size
+        );
         if timestamps {
             tessera::profile::start();
         }
@@ -163,7 +169,7 @@ impl App {
             canvas_rect: None,
             profile: Vec::new(),
             timestamps,
-            adapter: format!("{} ({:?})", rs.adapter.get_info().name, rs.adapter.get_info().backend),
+            adapter,
             selftest: SelfTest::default(),
         })
     }
@@ -511,13 +517,21 @@ fn main() {
     }
 }
 
-/// eframe's device, with timestamp queries when the adapter has them (the profiler).
+/// eframe's device, with the adapter's features and limits that Tessera's own device
+/// would ask for, where the adapter has them: timestamp queries (the profiler), f16,
+/// subgroups, and on CPU adapters 64-bit integers and the adapter's binding limits
+/// (`Device::from_wgpu` then runs the same kernels: on lavapipe, wide loads and operand
+/// textures).
 fn wgpu_options() -> eframe::egui_wgpu::WgpuConfiguration {
     let mut setup = eframe::egui_wgpu::WgpuSetupCreateNew::without_display_handle();
     let base = setup.device_descriptor.clone();
     setup.device_descriptor = Arc::new(move |adapter| {
         let mut d = base(adapter);
-        let want = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16;
+        let mut want = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        if adapter.get_info().device_type == wgpu::DeviceType::Cpu {
+            want |= wgpu::Features::SHADER_INT64;
+            d.required_limits = adapter.limits();
+        }
         d.required_features |= adapter.features() & want;
         d
     });
