@@ -277,7 +277,7 @@ impl GpuContext {
             c.max_storage_buffer_binding_size = c.max_storage_buffer_binding_size.min(b.max(4096));
         }
         ctx.caps.max_binding = ctx.info.capabilities.max_storage_buffer_binding_size;
-        ctx.cpu_paths(Some(switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)));
+        ctx.feature_paths(Some(switch(options.texture_operands, "TESSERA_TEXTURE_OPERANDS", "texture_operands", true)));
         Ok(ctx)
     }
 
@@ -345,14 +345,15 @@ impl GpuContext {
             device,
             queue,
         };
-        ctx.cpu_paths(None);
+        ctx.feature_paths(None);
         ctx
     }
 
-    /// The kernels of native CPU adapters, where the device's features allow them: wide
-    /// loads (`SHADER_INT64`), operand textures (`texture_operands`, else
-    /// `TESSERA_TEXTURE_OPERANDS`, else on), and subgroup kernels.
-    fn cpu_paths(&mut self, texture_operands: Option<bool>) {
+    /// The kernel paths that the device's features and its adapter's kind allow: on
+    /// native CPU adapters wide loads (`SHADER_INT64`) and operand textures
+    /// (`texture_operands`, else `TESSERA_TEXTURE_OPERANDS`, else on); on any native
+    /// adapter with `SUBGROUP`, subgroup kernels.
+    fn feature_paths(&mut self, texture_operands: Option<bool>) {
         self.caps.wide_loads = self.info.device_type == "Cpu"
             && self.device.features().contains(wgpu::Features::SHADER_INT64)
             && !cfg!(target_arch = "wasm32")
