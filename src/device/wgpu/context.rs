@@ -256,14 +256,8 @@ impl GpuContext {
                 .or_else(|| tuned(field))
                 .unwrap_or(default)
         };
-        // Untuned, attention is fused on native CPU adapters, where the register-tiled
-        // kernel (`attention_wide.wgsl`) beats the composition (lavapipe, the tuner's
-        // probe: 3.4 against 5.7 ms; MiniLM's batch of 32 sentences 61 dispatches against
-        // 78), and composed elsewhere.
-        #[cfg(not(target_arch = "wasm32"))]
-        let fused_default = info.device_type == wgpu::DeviceType::Cpu;
-        #[cfg(target_arch = "wasm32")]
-        let fused_default = false;
+        // Untuned, attention as `from_wgpu` chose it.
+        let fused_default = ctx.fused_attention;
         ctx.fused_attention = switch(options.fused_attention, "TESSERA_FUSED_ATTENTION", "attention", fused_default);
         ctx.caps.implicit_gemm = switch(options.implicit_gemm, "TESSERA_IMPLICIT_GEMM", "conv", !config.direct);
         ctx.caps.direct_matmul = config.direct;
@@ -339,7 +333,10 @@ impl GpuContext {
             lost,
             uncaptured,
             invalid_kernel: None,
-            // Attention fused on native CPU adapters (see `new`).
+            // Attention fused on native CPU adapters, where the register-tiled kernel
+            // (`attention_wide.wgsl`) beats the composition (lavapipe, the tuner's probe:
+            // 3.4 against 5.7 ms; MiniLM's batch of 32 sentences 61 dispatches against
+            // 78), and composed elsewhere.
             fused_attention: cpu,
             serial: adapter.backend == wgpu::Backend::Gl,
             device,
