@@ -82,6 +82,8 @@ struct App {
     profile: Vec<(String, f64, usize)>,
     timestamps: bool,
     adapter: String,
+    /// What eframe's device lacks that Tessera would use (empty: `wgpu_options` asks).
+    unrequested: Vec<String>,
     selftest: SelfTest,
 }
 
@@ -120,6 +122,7 @@ impl App {
         let timestamps = dev.info().capabilities.timestamp_query;
         // The adapter, and what the device it made gives Tessera's kernels.
         let info = dev.info();
+        let unrequested = info.unrequested.clone();
         let adapter = format!(
             "{} ({}, {}, subgroups of {})",
             info.name, info.backend, info.device_type, info.capabilities.subgroup_min_size
@@ -170,6 +173,7 @@ impl App {
             profile: Vec::new(),
             timestamps,
             adapter,
+            unrequested,
             selftest: SelfTest::default(),
         })
     }
@@ -469,9 +473,13 @@ impl App {
         let hot = heat.iter().filter(|v| **v > 0.1).count();
         let inked = self.canvas.iter().filter(|v| **v > 0.5).count();
         let report = serde_json::json!({
-            "adapter": self.adapter, "predicted": self.pred, "cpu_backend_predicts": reference,
-            "probabilities": self.probs, "inked_cells": inked, "heatmap_cells_over_0_1": hot,
+            "adapter": self.adapter, "unrequested": self.unrequested, "predicted": self.pred,
+            "cpu_backend_predicts": reference, "probabilities": self.probs, "inked_cells": inked,
+            "heatmap_cells_over_0_1": hot,
         });
+        if !self.unrequested.is_empty() {
+            return Err(format!("eframe's device lacks what Tessera would use: {report}"));
+        }
         if self.pred != Some(reference) {
             return Err(format!("the app predicts {:?}, the same weights on the CPU backend {reference}", self.pred));
         }
@@ -517,22 +525,19 @@ fn main() {
     }
 }
 
-/// eframe's device, with the adapter's features and limits that Tessera's own device
-/// would ask for, where the adapter has them: timestamp queries (the profiler), f16,
-/// subgroups, and on CPU adapters 64-bit integers and the adapter's binding limits
-/// (`Device::from_wgpu` then runs the same kernels: on lavapipe, wide loads and operand
-/// textures).
+/// eframe's device, with the features and limits that Tessera's own device would ask
+/// of the adapter (`Device::wgpu_requirements`): timestamp queries (the profiler), f16,
+/// subgroups, on CPU adapters 64-bit integers, and the adapter's limits.
+/// `Device::from_wgpu` then runs the same kernels (on lavapipe, wide loads and operand
+/// textures) and its `unrequested` list is empty.
 fn wgpu_options() -> eframe::egui_wgpu::WgpuConfiguration {
     let mut setup = eframe::egui_wgpu::WgpuSetupCreateNew::without_display_handle();
     let base = setup.device_descriptor.clone();
     setup.device_descriptor = Arc::new(move |adapter| {
         let mut d = base(adapter);
-        let mut want = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-        if adapter.get_info().device_type == wgpu::DeviceType::Cpu {
-            want |= wgpu::Features::SHADER_INT64;
-            d.required_limits = adapter.limits();
-        }
-        d.required_features |= adapter.features() & want;
+        let (features, limits) = tessera::Device::wgpu_requirements(adapter);
+        d.required_features |= features;
+        d.required_limits = limits;
         d
     });
     eframe::egui_wgpu::WgpuConfiguration {

@@ -12,13 +12,23 @@ use tessera::{DType, Device, Tensor};
 
 /// The application's device and queue, on the first adapter Tessera lists.
 fn app() -> (wgpu::Device, wgpu::Queue) {
-    app_with(false)
+    app_with(Ask::Defaults)
 }
 
-/// The application's device, with every feature and limit of the adapter where `full`
-/// (then Tessera's kernels for it are those of its own device: on lavapipe, 64-bit
-/// loads and operand textures).
-fn app_with(full: bool) -> (wgpu::Device, wgpu::Queue) {
+/// What the application's device is created with.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// wgpu's defaults: no optional feature, WebGPU's limits.
+    Defaults,
+    /// Every feature and limit of the adapter.
+    Everything,
+    /// `Device::wgpu_requirements`.
+    Requirements,
+}
+
+/// The application's device on the adapter Tessera would pick, made by a fresh wgpu
+/// instance as an application's own would be.
+fn app_with(ask: Ask) -> (wgpu::Device, wgpu::Queue) {
     let first = Device::list().into_iter().next().unwrap_or_else(|| {
         panic!("no GPU adapter: install Mesa's lavapipe (scripts/setup.sh); these tests need a wgpu device")
     });
@@ -31,9 +41,15 @@ fn app_with(full: bool) -> (wgpu::Device, wgpu::Queue) {
         .find(|a| a.get_info().name == first.name)
         .unwrap_or_else(|| panic!("adapter {} not found by a fresh wgpu instance", first.name));
     let mut descriptor = wgpu::DeviceDescriptor::default();
-    if full {
-        descriptor.required_features = adapter.features();
-        descriptor.required_limits = adapter.limits();
+    match ask {
+        Ask::Defaults => {}
+        Ask::Everything => {
+            descriptor.required_features = adapter.features();
+            descriptor.required_limits = adapter.limits();
+        }
+        Ask::Requirements => {
+            (descriptor.required_features, descriptor.required_limits) = Device::wgpu_requirements(&adapter);
+        }
     }
     pollster::block_on(adapter.request_device(&descriptor))
         .unwrap_or_else(|e| panic!("{}: request_device: {e}", first.name))
@@ -184,7 +200,7 @@ fn an_application_device_takes_the_kernels_of_its_adapter() {
     // device was made with: with all of the adapter's, the capabilities Tessera's own
     // device would have; with wgpu's defaults, no optional feature.
     let first = Device::list().into_iter().next().expect("an adapter (app_with checked)");
-    let (device, queue) = app_with(true);
+    let (device, queue) = app_with(Ask::Everything);
     let dev = Device::from_wgpu(device, queue);
     let info = dev.info();
     assert_eq!(
@@ -196,11 +212,31 @@ fn an_application_device_takes_the_kernels_of_its_adapter() {
         (c.shader_f16, c.subgroups, c.subgroup_min_size, c.subgroup_max_size),
         (f.shader_f16, f.subgroups, f.subgroup_min_size, f.subgroup_max_size)
     );
+    assert_eq!(info.unrequested, Vec::<String>::new(), "nothing is missing from a device with every feature");
     let (device, queue) = app();
     let plain = Device::from_wgpu(device, queue);
     assert!(!plain.capabilities().subgroups && !plain.capabilities().shader_f16);
+    // It says what its adapter offers that Tessera would have used.
+    let missing = &plain.info().unrequested;
+    let named = |what: &str| missing.iter().any(|m| m.starts_with(what));
+    assert_eq!(named("SUBGROUP "), f.subgroups, "{missing:?}");
+    assert_eq!(named("SHADER_F16 "), f.shader_f16, "{missing:?}");
+    assert_eq!(named("TIMESTAMP_QUERY "), f.timestamp_query, "{missing:?}");
+    assert_eq!(named("SHADER_INT64 "), first.device_type == "Cpu", "lavapipe has 64-bit integers: {missing:?}");
+    let defaults = wgpu::Limits::default();
+    assert_eq!(
+        named("max_storage_buffer_binding_size "),
+        f.max_storage_buffer_binding_size > defaults.max_storage_buffer_binding_size,
+        "{missing:?}"
+    );
+    // A device made with `Device::wgpu_requirements` misses nothing and has the
+    // capabilities of Tessera's own, limits included.
+    let (device, queue) = app_with(Ask::Requirements);
+    let asked = Device::from_wgpu(device, queue);
+    assert_eq!(asked.info().unrequested, Vec::<String>::new());
+    assert_eq!(asked.capabilities(), f);
     // Both compute right (their kernels differ on a CPU adapter).
-    for d in [&dev, &plain] {
+    for d in [&dev, &plain, &asked] {
         let x = Tensor::from_slice(&(0..96 * 64).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>(), [96, 64], d);
         let w = Tensor::from_slice(&(0..64 * 40).map(|i| (i % 5) as f32 - 2.0).collect::<Vec<_>>(), [64, 40], d);
         let got: Vec<f32> = (x.matmul(&w) * 0.5).relu().to_vec_blocking().unwrap();
@@ -218,7 +254,7 @@ fn an_application_device_takes_the_kernels_of_its_adapter() {
 
 #[test]
 fn an_application_writing_a_lent_buffer_is_seen_by_later_realisations() {
-    let (device, queue) = app_with(true);
+    let (device, queue) = app_with(Ask::Everything);
     let dev = Device::from_wgpu(device.clone(), queue.clone());
     common::record(&dev);
     let x = Tensor::randn([4096], 5, &dev);

@@ -58,6 +58,12 @@ pub struct DeviceInfo {
     /// Why this device was chosen: "NVIDIA H200 is a hardware GPU", "llvmpipe (...) is
     /// a software adapter; the CPU backend is faster here", or how it was asked for.
     pub placement: String,
+    /// For an application's device ([`Device::from_wgpu`]): the features Tessera would
+    /// use (with what each buys) and the limits above the device's that its adapter
+    /// offers and the device was created without, so Tessera runs slower kernels or
+    /// refuses larger tensors on it. Empty for Tessera's own devices, on GL and in the
+    /// browser. [`Device::wgpu_requirements`] gives what to create the device with.
+    pub unrequested: Vec<String>,
 }
 
 /// What a device opened on a software OpenGL adapter says about it.
@@ -368,7 +374,27 @@ impl Device {
     /// `tessera::wgpu`; eframe 0.37 uses the same). Tensors then pass to the renderer
     /// without a copy: see [`crate::interop`].
     pub fn from_wgpu(device: ::wgpu::Device, queue: ::wgpu::Queue) -> Device {
-        Device::from_context(self::wgpu::GpuContext::from_wgpu(device, queue, false), None)
+        let mut ctx = self::wgpu::GpuContext::from_wgpu(device, queue, false);
+        ctx.note_unrequested();
+        Device::from_context(ctx, None)
+    }
+
+    /// The features and limits Tessera's own device would request from `adapter`, as
+    /// far as the adapter offers them. An application that creates its device with
+    /// them (adding its own) gets the kernels [`Device::new`] would run there:
+    ///
+    /// ```no_run
+    /// # async fn open(adapter: wgpu::Adapter) -> Result<(), wgpu::RequestDeviceError> {
+    /// let (required_features, required_limits) = tessera::Device::wgpu_requirements(&adapter);
+    /// let (device, queue) = adapter
+    ///     .request_device(&wgpu::DeviceDescriptor { required_features, required_limits, ..Default::default() })
+    ///     .await?;
+    /// let dev = tessera::Device::from_wgpu(device, queue);
+    /// assert!(dev.info().unrequested.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn wgpu_requirements(adapter: &::wgpu::Adapter) -> (::wgpu::Features, ::wgpu::Limits) {
+        self::wgpu::requirements(adapter, false)
     }
 
     /// The CPU backend: the same fused schedule run on the host's cores, every dtype at
@@ -476,6 +502,7 @@ impl Device {
                 forced_fallback: false,
                 capabilities: caps,
                 placement,
+                unrequested: Vec::new(),
             },
             backend,
             counters: Arc::new(Counters::default()),

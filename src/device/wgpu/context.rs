@@ -171,6 +171,93 @@ fn no_adapter_help() -> String {
     }
 }
 
+/// What each optional feature Tessera requests buys it.
+#[cfg(not(target_arch = "wasm32"))]
+const WANTED_FEATURES: [(wgpu::Features, &str); 4] = [
+    (wgpu::Features::SUBGROUP, "SUBGROUP (subgroup kernels)"),
+    (wgpu::Features::SHADER_INT64, "SHADER_INT64 (wide loads and operand textures on CPU adapters)"),
+    (wgpu::Features::SHADER_F16, "SHADER_F16 (native f16 kernels)"),
+    (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY (kernel timings)"),
+];
+
+/// The features and limits Tessera's own device requests from `adapter`: every limit
+/// the adapter has, timestamps, and unless `force_fallback` f16, subgroups and (on CPU
+/// adapters, for wide loads) 64-bit integers, as far as the adapter offers them.
+pub fn requirements(adapter: &wgpu::Adapter, force_fallback: bool) -> (wgpu::Features, wgpu::Limits) {
+    let mut features = wgpu::Features::TIMESTAMP_QUERY;
+    if !force_fallback {
+        features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        if adapter.get_info().device_type == wgpu::DeviceType::Cpu {
+            features |= wgpu::Features::SHADER_INT64;
+        }
+    }
+    (features & adapter.features(), adapter.limits())
+}
+
+/// What [`requirements`] would have asked of `device`'s adapter that the device was
+/// created without: feature names with what they buy, and limits below the adapter's.
+/// Empty where the adapter cannot be found again, and on GL, whose enumeration would
+/// create contexts beside the application's.
+#[cfg(not(target_arch = "wasm32"))]
+fn unrequested(device: &wgpu::Device) -> Vec<String> {
+    let info = device.adapter_info();
+    if info.backend == wgpu::Backend::Gl {
+        return Vec::new();
+    }
+    let found = pollster::block_on(instance().enumerate_adapters(info.backend.into()))
+        .into_iter()
+        .find(|a| a.get_info() == info);
+    let Some(adapter) = found else { return Vec::new() };
+    let (want, best) = requirements(&adapter, false);
+    let (have, got) = (device.features(), device.limits());
+    let mut out: Vec<String> = WANTED_FEATURES
+        .iter()
+        .filter(|(f, _)| want.contains(*f) && !have.contains(*f))
+        .map(|(_, what)| what.to_string())
+        .collect();
+    let limits: [(&str, u64, u64); 9] = [
+        ("max_storage_buffer_binding_size", got.max_storage_buffer_binding_size, best.max_storage_buffer_binding_size),
+        ("max_buffer_size", got.max_buffer_size, best.max_buffer_size),
+        (
+            "max_storage_buffers_per_shader_stage",
+            got.max_storage_buffers_per_shader_stage.into(),
+            best.max_storage_buffers_per_shader_stage.into(),
+        ),
+        (
+            "max_storage_textures_per_shader_stage",
+            got.max_storage_textures_per_shader_stage.into(),
+            best.max_storage_textures_per_shader_stage.into(),
+        ),
+        (
+            "max_sampled_textures_per_shader_stage",
+            got.max_sampled_textures_per_shader_stage.into(),
+            best.max_sampled_textures_per_shader_stage.into(),
+        ),
+        ("max_texture_dimension_2d", got.max_texture_dimension_2d.into(), best.max_texture_dimension_2d.into()),
+        (
+            "max_compute_workgroup_storage_size",
+            got.max_compute_workgroup_storage_size.into(),
+            best.max_compute_workgroup_storage_size.into(),
+        ),
+        (
+            "max_compute_invocations_per_workgroup",
+            got.max_compute_invocations_per_workgroup.into(),
+            best.max_compute_invocations_per_workgroup.into(),
+        ),
+        (
+            "max_compute_workgroups_per_dimension",
+            got.max_compute_workgroups_per_dimension.into(),
+            best.max_compute_workgroups_per_dimension.into(),
+        ),
+    ];
+    for (name, d, a) in limits {
+        if d < a {
+            out.push(format!("{name} {d} (the adapter allows {a})"));
+        }
+    }
+    out
+}
+
 impl GpuContext {
     pub async fn open(options: &DeviceOptions) -> Result<GpuContext> {
         let env = DeviceOptions::from_env();
@@ -204,16 +291,7 @@ impl GpuContext {
         };
         let info = adapter.get_info();
         let _gl = (info.backend == wgpu::Backend::Gl).then(gl_lock);
-        let mut features = wgpu::Features::TIMESTAMP_QUERY;
-        if !force_fallback {
-            features |= wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-            // 64-bit integers for wide loads (`ShaderCaps::wide_loads`).
-            if info.device_type == wgpu::DeviceType::Cpu {
-                features |= wgpu::Features::SHADER_INT64;
-            }
-        }
-        features &= adapter.features();
-        let limits = adapter.limits();
+        let (features, limits) = requirements(&adapter, force_fallback);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tessera"),
@@ -324,6 +402,7 @@ impl GpuContext {
                 forced_fallback,
                 capabilities: caps,
                 placement: "the application's own wgpu device (Device::from_wgpu)".into(),
+                unrequested: Vec::new(),
             },
             pool: BufferPool::new(counters.clone()),
             counters,
@@ -344,6 +423,23 @@ impl GpuContext {
         };
         ctx.feature_paths(None);
         ctx
+    }
+
+    /// For an application's device: list what its adapter offers that it was created
+    /// without and Tessera would use (`DeviceInfo::unrequested`), and warn once if any.
+    pub fn note_unrequested(&mut self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.info.unrequested = unrequested(&self.device);
+            if !self.info.unrequested.is_empty() {
+                log::warn!(
+                    "tessera: the wgpu device on {} was created without {}, which its adapter offers; Tessera \
+                     runs slower kernels on it. Create it with tessera::Device::wgpu_requirements(&adapter).",
+                    self.info.name,
+                    self.info.unrequested.join(", ")
+                );
+            }
+        }
     }
 
     /// The kernel paths that the device's features and its adapter's kind allow: on

@@ -21,4 +21,4 @@ pub(crate) mod plan;
 pub(crate) mod pool;
 
 pub(crate) use checks::PendingCheck;
-pub(crate) use context::{list_adapters, GpuContext, GpuStorage, STORAGE};
+pub(crate) use context::{list_adapters, requirements, GpuContext, GpuStorage, STORAGE};
