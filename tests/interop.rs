@@ -20,7 +20,9 @@ fn app() -> (wgpu::Device, wgpu::Queue) {
 enum Ask {
     /// wgpu's defaults: no optional feature, WebGPU's limits.
     Defaults,
-    /// Every feature and limit of the adapter.
+    /// Every feature of the adapter that needs no opt-in (wgpu refuses its experimental
+    /// ones, such as Mesa 25's ray queries, unless the device enables them), and every
+    /// limit.
     Everything,
     /// `Device::wgpu_requirements`.
     Requirements,
@@ -44,7 +46,7 @@ fn app_with(ask: Ask) -> (wgpu::Device, wgpu::Queue) {
     match ask {
         Ask::Defaults => {}
         Ask::Everything => {
-            descriptor.required_features = adapter.features();
+            descriptor.required_features = adapter.features() - wgpu::Features::all_experimental_mask();
             descriptor.required_limits = adapter.limits();
         }
         Ask::Requirements => {
