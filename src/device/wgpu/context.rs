@@ -204,7 +204,11 @@ fn unrequested(device: &wgpu::Device) -> Vec<String> {
     if info.backend == wgpu::Backend::Gl {
         return Vec::new();
     }
-    let found = pollster::block_on(instance().enumerate_adapters(info.backend.into()))
+    // An instance of the device's backend only: no GL display is opened beside an
+    // application that renders with Vulkan, Metal or DX12.
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = info.backend.into();
+    let found = pollster::block_on(wgpu::Instance::new(desc).enumerate_adapters(info.backend.into()))
         .into_iter()
         .find(|a| a.get_info() == info);
     let Some(adapter) = found else { return Vec::new() };
