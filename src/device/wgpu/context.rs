@@ -219,46 +219,25 @@ fn unrequested(device: &wgpu::Device) -> Vec<String> {
         .filter(|(f, _)| want.contains(*f) && !have.contains(*f))
         .map(|(_, what)| what.to_string())
         .collect();
-    let limits: [(&str, u64, u64); 9] = [
-        ("max_storage_buffer_binding_size", got.max_storage_buffer_binding_size, best.max_storage_buffer_binding_size),
-        ("max_buffer_size", got.max_buffer_size, best.max_buffer_size),
-        (
-            "max_storage_buffers_per_shader_stage",
-            got.max_storage_buffers_per_shader_stage.into(),
-            best.max_storage_buffers_per_shader_stage.into(),
-        ),
-        (
-            "max_storage_textures_per_shader_stage",
-            got.max_storage_textures_per_shader_stage.into(),
-            best.max_storage_textures_per_shader_stage.into(),
-        ),
-        (
-            "max_sampled_textures_per_shader_stage",
-            got.max_sampled_textures_per_shader_stage.into(),
-            best.max_sampled_textures_per_shader_stage.into(),
-        ),
-        ("max_texture_dimension_2d", got.max_texture_dimension_2d.into(), best.max_texture_dimension_2d.into()),
-        (
-            "max_compute_workgroup_storage_size",
-            got.max_compute_workgroup_storage_size.into(),
-            best.max_compute_workgroup_storage_size.into(),
-        ),
-        (
-            "max_compute_invocations_per_workgroup",
-            got.max_compute_invocations_per_workgroup.into(),
-            best.max_compute_invocations_per_workgroup.into(),
-        ),
-        (
-            "max_compute_workgroups_per_dimension",
-            got.max_compute_workgroups_per_dimension.into(),
-            best.max_compute_workgroups_per_dimension.into(),
-        ),
-    ];
-    for (name, d, a) in limits {
-        if d < a {
-            out.push(format!("{name} {d} (the adapter allows {a})"));
-        }
+    // Every limit below the adapter's that a kernel's choice or a tensor's size meets.
+    macro_rules! below {
+        ($($limit:ident),*) => {$(
+            if u64::from(got.$limit) < u64::from(best.$limit) {
+                out.push(format!(concat!(stringify!($limit), " {} (the adapter allows {})"), got.$limit, best.$limit));
+            }
+        )*};
     }
+    below!(
+        max_storage_buffer_binding_size,
+        max_buffer_size,
+        max_storage_buffers_per_shader_stage,
+        max_storage_textures_per_shader_stage,
+        max_sampled_textures_per_shader_stage,
+        max_texture_dimension_2d,
+        max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup,
+        max_compute_workgroups_per_dimension
+    );
     out
 }
 
