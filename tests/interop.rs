@@ -225,12 +225,26 @@ fn an_application_device_takes_the_kernels_of_its_adapter() {
     assert_eq!(named("SHADER_F16 "), f.shader_f16, "{missing:?}");
     assert_eq!(named("TIMESTAMP_QUERY "), f.timestamp_query, "{missing:?}");
     assert_eq!(named("SHADER_INT64 "), first.device_type == "Cpu", "lavapipe has 64-bit integers: {missing:?}");
+    // And each limit below the adapter's (lavapipe allows 32 storage buffers a stage
+    // and 2 GiB buffers, wgpu's defaults 8 and 256 MiB).
     let defaults = wgpu::Limits::default();
-    assert_eq!(
-        named("max_storage_buffer_binding_size "),
-        f.max_storage_buffer_binding_size > defaults.max_storage_buffer_binding_size,
-        "{missing:?}"
-    );
+    for (limit, below) in [
+        (
+            "max_storage_buffer_binding_size ",
+            f.max_storage_buffer_binding_size > defaults.max_storage_buffer_binding_size,
+        ),
+        ("max_buffer_size ", f.max_buffer_size > defaults.max_buffer_size),
+        (
+            "max_storage_buffers_per_shader_stage ",
+            f.max_storage_buffers_per_shader_stage > defaults.max_storage_buffers_per_shader_stage,
+        ),
+        (
+            "max_compute_invocations_per_workgroup ",
+            f.max_compute_invocations_per_workgroup > defaults.max_compute_invocations_per_workgroup,
+        ),
+    ] {
+        assert_eq!(named(limit), below, "{limit}: {missing:?}");
+    }
     // A device made with `Device::wgpu_requirements` misses nothing and has the
     // capabilities of Tessera's own, limits included.
     let (device, queue) = app_with(Ask::Requirements);

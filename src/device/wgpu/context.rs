@@ -409,7 +409,7 @@ impl GpuContext {
     }
 
     /// For an application's device: list what its adapter offers that it was created
-    /// without and Tessera would use (`DeviceInfo::unrequested`), and warn once if any.
+    /// without and Tessera would use (`DeviceInfo::unrequested`), and warn if any.
     pub fn note_unrequested(&mut self) {
         #[cfg(not(target_arch = "wasm32"))]
         {
