@@ -1,8 +1,9 @@
 //! Reductions (sum, max, min, argmax, argmin) over any set of axes, with the input
 //! expression fused in. Long reductions use a workgroup per output (`reduce.wgsl`),
-//! short ones an invocation per output: unrolled (`reduce_all`, generated here), or
-//! looping (`reduce_small.wgsl`) where a tensor exceeds a binding or the unrolled text
-//! would be long, and on CPU adapters for all but a few long ones (`serial_on_cpu`).
+//! short ones an invocation per output: unrolled (`reduce_all`, generated here) over a
+//! window, or looping (`reduce_small.wgsl`) where there is no window's index to fold, a
+//! tensor exceeds a binding or the unrolled text would be long, and on CPU adapters
+//! for all but a few long ones (`serial_on_cpu`).
 
 use super::codegen::{Gen, Ix};
 use super::{compute_type, fold_groups, header, sources, KernelSpec, ShaderCaps, WG};
@@ -38,15 +39,16 @@ fn serial_on_cpu(n_out: usize, len: usize) -> bool {
 /// long fused expression copied for every element compiles slowly).
 const UNROLL_BYTES: usize = 96 * 1024;
 
-/// Render the reduction producing `root` (an `Op::Reduce` node). A short one (a pooling
-/// window) is unrolled: each invocation unravels its output index once and reads every
-/// element at constant reduced coordinates (a window's taps fold to constants), where
-/// the loop unravelled the output index and divided the tap index at every element
-/// (lavapipe: a 3x3 max pool over 8x24x112x112, 157-172 -> 33-38 ms; 5x5 over
-/// 8x64x56x56, 351 -> 51-54 ms). Tensors past one binding keep the loop, whose loads
-/// follow the executor's windows.
+/// Render the reduction producing `root` (an `Op::Reduce` node). A short one over a
+/// window (a pooling window) is unrolled: each invocation unravels its output index once
+/// and reads every element at constant reduced coordinates (a window's taps fold to
+/// constants), where the loop unravelled the output index and divided the tap index at
+/// every element (lavapipe: a 3x3 max pool over 8x24x112x112, 157-172 -> 33-38 ms; 5x5
+/// over 8x64x56x56, 351 -> 51-54 ms). Tensors past one binding keep the loop, whose
+/// loads follow the executor's windows. So do reductions with nothing to fold
+/// ([`folds_taps`]), whose text then does not depend on their length.
 pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCaps) -> Result<KernelSpec> {
-    if reduced_len(root) <= SMALL_LEN {
+    if reduced_len(root) <= SMALL_LEN && folds_taps(root, is_leaf) {
         let spec = render_with(root, is_leaf, caps, true)?;
         let big = |t: &Tensor| t.storage_bytes() > caps.max_binding;
         if spec.source.len() <= UNROLL_BYTES && !big(root) && !spec.inputs.iter().any(big) {
@@ -54,6 +56,33 @@ pub fn render(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool, caps: &ShaderCap
         }
     }
     render_with(root, is_leaf, caps, false)
+}
+
+/// Whether unrolling the reduction `root` folds index arithmetic into constants: its
+/// fused input reads a window (`Op::Im2col`), or it reduces more than one axis longer
+/// than 1 (a non-overlapping pool's two window axes), whose loop would divide every
+/// element's index. A plain sum over one axis gains nothing from it, and an unrolled
+/// kernel's text holds its length: a sentence embedder's pooling over the tokens
+/// compiled two new kernels for every sentence length (100-450 ms each on lavapipe).
+fn folds_taps(root: &Tensor, is_leaf: &dyn Fn(&Tensor) -> bool) -> bool {
+    let node = root.node();
+    let Op::Reduce { axes, .. } = &node.op else { return false };
+    let x = &node.inputs[0];
+    if axes.iter().filter(|&&a| x.dims()[a] > 1).count() > 1 {
+        return true;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![x.clone()];
+    while let Some(t) = stack.pop() {
+        if is_leaf(&t) || !seen.insert(t.id()) {
+            continue;
+        }
+        if matches!(t.node().op, Op::Im2col { .. }) {
+            return true;
+        }
+        stack.extend(t.node().inputs.iter().cloned());
+    }
+    false
 }
 
 /// The number of input elements each output of the reduction `root` combines.
@@ -239,6 +268,46 @@ fn combine(op: ReduceOp, dt: DType) -> String {
             format!(
                 "fn acc_identity() -> Acc {{ return Acc({ident}, {none}); }}\nfn combine(a: Acc, b: Acc) -> Acc {{\n{nan_rule}    if (b.v {cmp} a.v || (b.v == a.v && b.i < a.i)) {{ return b; }}\n    return a;\n}}\n"
             )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::variants::all_caps;
+    use crate::{Device, Tensor};
+
+    fn source(t: &Tensor) -> String {
+        let specs = crate::kernels::plan_kernels(&all_caps()[0], 14, std::slice::from_ref(t)).expect("plan");
+        let r = specs.iter().find(|s| s.label.starts_with("reduce_"));
+        r.unwrap_or_else(|| panic!("no reduction among {:?}", specs.iter().map(|s| &s.label).collect::<Vec<_>>()))
+            .source
+            .to_string()
+    }
+
+    #[test]
+    fn only_window_reductions_unroll() {
+        let d = Device::cpu();
+        // A sentence embedder's pooling: tokens times their mask, summed over the
+        // tokens. One kernel text for every sentence length.
+        let pooled = |len: usize| {
+            let h = Tensor::rand([2, len, 8], 1, &d);
+            let mask = Tensor::rand([2, len, 1], 2, &d);
+            crate::read_all_blocking(&[h.clone(), mask.clone()]).expect("realise");
+            source(&(&h * &mask).sum(&[1], false))
+        };
+        let (short, long) = (pooled(5), pooled(18));
+        assert!(!short.contains("fn reduce_all"), "a plain sum loops:\n{short}");
+        assert_eq!(short, long, "the text must not hold the length");
+        let img = Tensor::rand([1, 2, 8, 8], 3, &d);
+        crate::read_all_blocking(std::slice::from_ref(&img)).expect("realise");
+        for (what, t) in [
+            ("a 3x3 window", img.max_pool2d(3, 2, 1)),
+            ("a 2x2 non-overlapping pool", img.avg_pool2d(2, 2, 0)),
+            ("a window over an expression", img.exp().max_pool2d(5, 1, 2)),
+        ] {
+            let src = source(&t);
+            assert!(src.contains("fn reduce_all"), "{what} unrolls:\n{src}");
         }
     }
 }
