@@ -630,7 +630,9 @@ async fn ready(State(app): State<App>) -> Response {
 
 async fn metrics_text(State(app): State<App>) -> Response {
     let dev = app.reg.devices.current().0;
-    metrics::gauge!("tessera_device_bytes_in_use").set(dev.stats().bytes_in_use as f64);
+    let stats = dev.stats();
+    metrics::gauge!("tessera_device_bytes_in_use").set(stats.bytes_in_use as f64);
+    metrics::gauge!("tessera_device_kernels_compiled").set(stats.pipelines_compiled as f64);
     let mut r = app.metrics.render().into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     r

@@ -31,6 +31,9 @@ pub struct BatchConfig {
     /// Whether a version's warm-up compiles the kernels of every batch size
     /// ([`crate::model::Runner::warm_up`]), or runs one input.
     pub warm_batches: bool,
+    /// With `warm_batches`, the warm-up also runs a text model on every sequence length
+    /// up to this, alone and in a padded pair (0: none).
+    pub warm_lengths: usize,
 }
 
 /// Why an item failed.

@@ -140,6 +140,7 @@ fn spawn(a: &LoadgenArgs, serve: &ServeArgs, max_batch_size: usize) -> Res<Spawn
         ("--max-batch-tokens", serve.max_batch_tokens.to_string()),
         ("--queue-capacity", serve.queue_capacity.to_string()),
         ("--request-timeout-s", serve.request_timeout_s.to_string()),
+        ("--warm-lengths", serve.warm_lengths.to_string()),
     ];
     for (flag, value) in batching {
         cmd.args([flag, value.as_str()]);

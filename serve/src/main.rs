@@ -100,6 +100,13 @@ pub struct ServeArgs {
     /// that reach every slowly compiled kernel.
     #[arg(long, global = true)]
     quick_warm_up: bool,
+    /// Besides the row counts, warm a text model up on every sequence length up to this
+    /// many word pieces, alone and padded in a pair: the kernels of short sentences
+    /// differ by classes of length, and on a CPU adapter the first sentence of a new
+    /// class would wait seconds for them (lavapipe: about 18 s more at start for 32).
+    /// 0 leaves those to the first requests.
+    #[arg(long, default_value_t = model::WARM_LENGTHS, global = true)]
+    warm_lengths: usize,
     /// The canary guard's floor for the mean cosine of embeddings to the live version.
     #[arg(long, default_value_t = 0.99, global = true)]
     guard_min_cosine: f64,
@@ -156,6 +163,7 @@ pub fn build_registry(a: &ServeArgs) -> Res<Arc<state::Registry>> {
         max_batch_tokens: a.max_batch_tokens.max(1),
         queue_capacity: a.queue_capacity.max(1),
         warm_batches: !a.quick_warm_up,
+        warm_lengths: a.warm_lengths,
     };
     let guard = state::GuardConfig {
         min_cosine: a.guard_min_cosine,
@@ -292,6 +300,10 @@ fn describe_metrics() {
     describe_counter!("tessera_cache_misses_total", "Items computed");
     describe_gauge!("tessera_queue_depth", "Items waiting per model version");
     describe_gauge!("tessera_device_bytes_in_use", Unit::Bytes, "Bytes of device (GPU or CPU backend) buffers in use");
+    describe_gauge!(
+        "tessera_device_kernels_compiled",
+        "Compute kernels compiled on the current device (a request that compiles one waits for it)"
+    );
     describe_counter!("tessera_canary_rollbacks_total", "Canaries the quality guard rolled back");
     describe_counter!("tessera_device_recoveries_total", "Devices recovered after a loss");
 }

@@ -126,6 +126,11 @@ pub enum Runner {
 /// the ONNX embedder's tokenizer stops at 256.
 pub const WARM_SEQ: usize = 256;
 
+/// The warm-up's default `warm_lengths`: on lavapipe, the kernels of a sentence
+/// embedder differ by length up to 32 word pieces (product tiles of 8 to 32 rows,
+/// attention with 1 to 3 queries a lane) and not past them, up to the warm rows.
+pub const WARM_LENGTHS: usize = 32;
+
 /// Most items one recommendation request may ask for (top-k's limit).
 pub const MAX_K: usize = 64;
 
@@ -325,17 +330,21 @@ impl Runner {
         }
     }
 
-    /// Run the model on a warm-up input and, with `rows`, once per row count of
+    /// Run the model on a warm-up input and, with `warm_batches`, for text on a device
+    /// that `compiles` kernels (not the CPU backend) every sequence length up to
+    /// `warm_lengths` alone and in a padded pair, then once per row count of
     /// [`tessera::kernels::matmul::warm_rows`] up to the largest batch the batcher forms
     /// (`max_batch_tokens` word pieces of text, at most [`WARM_SEQ`] in one sequence, or
-    /// `max_batch_size` other inputs): the product kernels of large batches, which take
-    /// seconds each to compile on lavapipe, are then ready before the version goes live,
-    /// where the first large batch would wait for them. Returns the runs.
-    pub fn warm_up(&self, rows: bool, max_batch_size: usize, max_batch_tokens: usize) -> Result<usize> {
+    /// `max_batch_size` other inputs): the kernels of short sentences and of large
+    /// batches, which take up to seconds each to compile on lavapipe, are then ready
+    /// before the version goes live, where its first requests would wait for them.
+    /// Returns the runs.
+    pub fn warm_up(&self, b: &crate::batcher::BatchConfig, compiles: bool) -> Result<usize> {
+        let (max_batch_size, max_batch_tokens) = (b.max_batch_size, b.max_batch_tokens);
         let warm = self.prepare(self.warm_input())?;
         self.run(std::slice::from_ref(&warm))?;
         let mut runs = 1;
-        if !rows {
+        if !b.warm_batches {
             return Ok(runs);
         }
         let item = |tokens: Option<Vec<u32>>| Prepared {
@@ -346,9 +355,34 @@ impl Runner {
         match &warm.tokens {
             // [CLS], a word piece repeated, [SEP]: one sequence of m pieces.
             Some(t) if t.len() >= 3 => {
-                for m in tessera::kernels::matmul::warm_rows(max_batch_tokens.min(WARM_SEQ)) {
+                let seq = |m: usize| {
                     let ids = std::iter::once(t[0]).chain(std::iter::repeat_n(t[1], m - 2)).chain(t.last().copied());
-                    self.run(&[item(Some(ids.collect()))])?;
+                    item(Some(ids.collect()))
+                };
+                // Where kernels compile, each short length alone and padded in a pair
+                // (a padding mask, batched attention), then four (a batch of whole quads):
+                // kernels differ by classes of length and batch size (rows per tile,
+                // queries per lane, which tensors fill quads), which a new server's
+                // first sentences would otherwise wait for.
+                let most = max_batch_tokens.min(WARM_SEQ);
+                let lengths = if compiles { b.warm_lengths.min(most) } else { 0 };
+                // n sequences of m, m - 1, .. pieces, where the batcher would form them.
+                let fits = |n: usize, m: usize| m > n && n <= max_batch_size && n * m <= max_batch_tokens;
+                let batch = |n: usize, m: usize| (0..n).map(|i| seq(m - i)).collect::<Vec<_>>();
+                for m in 3..=lengths {
+                    self.run(&[seq(m)])?;
+                    runs += 1;
+                    if fits(2, m) {
+                        self.run(&batch(2, m))?;
+                        runs += 1;
+                    }
+                }
+                if fits(4, lengths) {
+                    self.run(&batch(4, lengths))?;
+                    runs += 1;
+                }
+                for m in tessera::kernels::matmul::warm_rows(most) {
+                    self.run(&[seq(m)])?;
                     runs += 1;
                 }
             }

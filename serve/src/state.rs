@@ -208,7 +208,7 @@ impl Registry {
             let runner = Runner::load(&dir, &manifest, &dev)?;
             // Warm up: checks it runs, and compiles the kernels of every batch size.
             let b = &self.batch;
-            let runs = runner.warm_up(b.warm_batches, b.max_batch_size, b.max_batch_tokens)?;
+            let runs = runner.warm_up(b, !dev.is_cpu())?;
             let (d2, m2) = (dir.clone(), manifest.clone());
             let loader: crate::batcher::Loader = Box::new(move |dev| Runner::load(&d2, &m2, dev));
             let labels = (name.to_string(), version.to_string());

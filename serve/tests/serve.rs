@@ -221,9 +221,9 @@ fn embeddings_predictions_models_health_and_metrics() {
     let minilm = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "minilm").unwrap();
     assert_eq!(minilm["live"], "1");
     assert_eq!(minilm["versions"][0]["state"], "ready");
-    // The warm-up ran one input, then a sequence at each row count that reaches a slowly
-    // compiled tile (`kernels::matmul::warm_rows`: 128 rows); the classifier's batches of
-    // 32 reach none.
+    // The warm-up ran one input, then (no short lengths: the CPU backend compiles no
+    // kernel) a sequence at each row count that reaches a slowly compiled tile
+    // (`kernels::matmul::warm_rows`: 128 rows); the classifier's batches of 32 reach none.
     let warm = tessera::kernels::matmul::warm_rows(256).len();
     assert_eq!(warm, 1);
     let events = minilm["events"].to_string();
@@ -244,6 +244,7 @@ fn embeddings_predictions_models_health_and_metrics() {
         "tessera_cache_misses_total",
         "tessera_queue_depth",
         "tessera_device_bytes_in_use",
+        "tessera_device_kernels_compiled",
     ] {
         assert!(metrics.contains(m), "/metrics lacks {m}:\n{metrics}");
     }
@@ -551,6 +552,71 @@ fn a_full_queue_answers_429_with_retry_after() {
     let results: Vec<(u16, bool)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert!(results.iter().any(|r| r.0 == 429), "no 429 from a queue of 2: {results:?}");
     assert!(results.iter().all(|r| r.0 == 200 || (r.0 == 429 && r.1)), "{results:?}");
+}
+
+/// The kernels compiled on the server's device, from `/metrics`.
+fn kernels_compiled(s: &Server) -> u64 {
+    let (_, metrics) = s.get("/metrics");
+    let line = metrics.lines().find(|l| l.starts_with("tessera_device_kernels_compiled "));
+    let value = line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok());
+    value.unwrap_or_else(|| panic!("/metrics lacks tessera_device_kernels_compiled:\n{metrics}")) as u64
+}
+
+#[test]
+fn a_warm_server_compiles_no_kernel_for_new_sentence_lengths_or_batches() {
+    // On lavapipe a kernel compiles in up to seconds, which a request would wait for.
+    // The default warm-up runs every length up to 32 word pieces alone and in pairs:
+    // sentences of other lengths and batches of other sizes then reuse its kernels.
+    let repo = repo_with(&[]);
+    let s = Server::start(repo.path(), &["--device", "gpu"]);
+    let warm = kernels_compiled(&s);
+    assert!(warm > 0, "the warm-up compiled no kernel");
+    let words = ["apple", "river", "stone", "cloud", "horse", "bread", "light", "music", "paper", "green"];
+    let sentence = |n: usize, salt: usize| -> String {
+        (0..n).map(|i| words[(i * 7 + salt) % words.len()]).collect::<Vec<_>>().join(" ")
+    };
+    let mut salt = 0;
+    let mut batch = |lengths: &[usize]| -> Value {
+        salt += 1;
+        json!(lengths.iter().map(|&n| sentence(n, salt)).collect::<Vec<_>>())
+    };
+    let cases: Vec<Value> = vec![
+        batch(&[1]),
+        batch(&[5]),
+        batch(&[9]),
+        batch(&[14]),
+        batch(&[16]),
+        batch(&[21]),
+        batch(&[26]),
+        batch(&[40]),
+        batch(&[90]),
+        batch(&[7, 3]),
+        batch(&[17, 11]),
+        batch(&[24, 2, 9]),
+        batch(&[8, 8, 8, 8]),
+        batch(&[13, 4, 4, 4, 4]),
+        batch(&[30; 8]),
+        batch(&[60, 10, 10]),
+    ];
+    for input in cases {
+        let (st, v, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": input }));
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(kernels_compiled(&s), warm, "{input} compiled a kernel the warm-up did not");
+    }
+    // 32 clients at once, one sentence each: the batcher forms batches of its own.
+    let url = s.at("/v1/embeddings");
+    let clients: Vec<_> = (0..32)
+        .map(|i| {
+            let (url, text) = (url.clone(), format!("client {i} asks about {}", sentence(i % 12 + 1, i)));
+            std::thread::spawn(move || {
+                client().post(url).json(&json!({ "model": "minilm", "input": text })).send().unwrap().status()
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap().as_u16(), 200);
+    }
+    assert_eq!(kernels_compiled(&s), warm, "concurrent clients' batches compiled a kernel the warm-up did not");
 }
 
 #[test]
