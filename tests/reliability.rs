@@ -48,6 +48,16 @@ fn a_kernel_that_does_not_compile_is_a_named_error_and_the_device_survives() {
             other => panic!("attempt {attempt}: expected Error::Gpu naming the kernel, got {other:?}"),
         }
     }
+    // Among other new kernels of one submit, which compile on several threads at once,
+    // the broken one is still named.
+    let b = Tensor::randn([12, 20], 2, &dev);
+    let group = [(&b * 3.0).exp(), b.matmul(&b.t()), b.max(&[1], false), b.t().tanh() * 2.0];
+    match tessera::read_all_blocking(&group) {
+        Err(Error::Gpu { context, .. }) => {
+            assert!(context.contains("matmul") && context.contains("does not compile"), "{context}")
+        }
+        other => panic!("expected Error::Gpu naming the kernel among several, got {other:?}"),
+    }
     // Other kernels on the same device still run, and give the right values.
     let want: Vec<f32> = a.to_vec_blocking::<f32>().unwrap().iter().map(|v| v * 2.0 + 1.0).collect();
     assert_eq!((&a * 2.0 + 1.0).to_vec_blocking::<f32>().unwrap(), want);

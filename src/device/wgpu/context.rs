@@ -571,6 +571,20 @@ impl GpuContext {
         (p, Some(scope))
     }
 
+    /// Whether the cache holds the pipeline for `source`.
+    pub fn has_pipeline(&self, source: &str) -> bool {
+        self.pipelines.lock().is_ok_and(|c| c.by_source.contains_key(source))
+    }
+
+    /// Threads that may compile pipelines at once: one on GL, whose use is serialised.
+    pub fn compile_threads(&self) -> usize {
+        if self.serial {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
     /// Forget a cached pipeline (one that failed to compile).
     pub fn evict_pipeline(&self, source: &str) {
         if let Ok(mut c) = self.pipelines.lock() {
