@@ -103,7 +103,7 @@ pub struct ServeArgs {
     /// Besides the row counts, warm a text model up on every sequence length up to this
     /// many word pieces, alone and padded in a pair: the kernels of short sentences
     /// differ by classes of length, and on a CPU adapter the first sentence of a new
-    /// class would wait seconds for them (lavapipe: about 18 s more at start for 32).
+    /// class would wait seconds for them (lavapipe: about 10 s more at start for 32).
     /// 0 leaves those to the first requests.
     #[arg(long, default_value_t = model::WARM_LENGTHS, global = true)]
     warm_lengths: usize,

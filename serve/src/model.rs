@@ -369,22 +369,19 @@ impl Runner {
                 // n sequences of m, m - 1, .. pieces, where the batcher would form them.
                 let fits = |n: usize, m: usize| m > n && n <= max_batch_size && n * m <= max_batch_tokens;
                 let batch = |n: usize, m: usize| (0..n).map(|i| seq(m - i)).collect::<Vec<_>>();
+                let mut batches = Vec::new();
                 for m in 3..=lengths {
-                    self.run(&[seq(m)])?;
-                    runs += 1;
+                    batches.push(batch(1, m));
                     if fits(2, m) {
-                        self.run(&batch(2, m))?;
-                        runs += 1;
+                        batches.push(batch(2, m));
                     }
                 }
                 if fits(4, lengths) {
-                    self.run(&batch(4, lengths))?;
-                    runs += 1;
+                    batches.push(batch(4, lengths));
                 }
-                for m in tessera::kernels::matmul::warm_rows(most) {
-                    self.run(&[seq(m)])?;
-                    runs += 1;
-                }
+                batches.extend(tessera::kernels::matmul::warm_rows(most).into_iter().map(|m| batch(1, m)));
+                self.run_together(&batches)?;
+                runs += batches.len();
             }
             // [CLS] and [SEP] alone: no word piece to repeat.
             Some(_) => {}
@@ -396,6 +393,19 @@ impl Runner {
             }
         }
         Ok(runs)
+    }
+
+    /// Run each of `batches` as [`Runner::run`] would, a sentence embedder's all in one
+    /// realisation: the kernels they lack then compile on several threads at once.
+    fn run_together(&self, batches: &[Vec<Prepared>]) -> Result<()> {
+        match self {
+            Runner::Bert(emb) => {
+                let ids = |b: &[Prepared]| b.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect::<Vec<_>>();
+                let outs: Vec<Tensor> = batches.iter().map(|b| emb.embed_ids(&ids(b))).collect();
+                tessera::read_all_blocking(&outs).map(drop)
+            }
+            _ => batches.iter().try_for_each(|b| self.run(b).map(drop)),
+        }
     }
 
     /// An input to warm the model up with.
