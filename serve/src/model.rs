@@ -236,17 +236,13 @@ impl Runner {
         Ok(Prepared { cost: tokens.as_ref().map_or(1, |t| t.len()), tokens, input })
     }
 
-    /// Run a batch as one realisation.
-    pub fn run(&self, items: &[Prepared]) -> Result<Vec<Output>> {
+    /// A text model's embeddings of `items`, built and not yet read.
+    fn embeddings(&self, items: &[Prepared]) -> Result<Tensor> {
+        let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
         match self {
-            Runner::Bert(emb) => {
-                let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
-                let e = emb.embed_ids(&ids);
-                rows(&e, items.len(), Output::embedding)
-            }
+            Runner::Bert(emb) => Ok(emb.embed_ids(&ids)),
             Runner::OnnxEmbedder { model, .. } => {
                 let dev = model.device();
-                let ids: Vec<Vec<u32>> = items.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect();
                 let (b, s) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(1).max(1));
                 let mut flat = vec![0i32; b * s];
                 let mut mask = vec![0i32; b * s];
@@ -266,8 +262,17 @@ impl Runner {
                 let out = model.run(&feeds)?;
                 let hidden = &out[0].tensor;
                 let maskf = Tensor::from_slice(&mask, [b, s], dev).cast(DType::F32);
-                let e = bert::mean_pool_normalize(hidden, &maskf);
-                rows(&e, b, Output::embedding)
+                Ok(bert::mean_pool_normalize(hidden, &maskf))
+            }
+            _ => Err(Error::Unsupported("embeddings of a model that does not embed text".into())),
+        }
+    }
+
+    /// Run a batch as one realisation.
+    pub fn run(&self, items: &[Prepared]) -> Result<Vec<Output>> {
+        match self {
+            Runner::Bert(_) | Runner::OnnxEmbedder { .. } => {
+                rows(&self.embeddings(items)?, items.len(), Output::embedding)
             }
             Runner::Classifier { model, arch, dev } => {
                 let mut px = Vec::with_capacity(items.len() * PIXELS);
@@ -395,17 +400,16 @@ impl Runner {
         Ok(runs)
     }
 
-    /// Run each of `batches` as [`Runner::run`] would, a sentence embedder's all in one
-    /// realisation: the kernels they lack then compile on several threads at once.
+    /// Run each of `batches` as [`Runner::run`] would, a native sentence embedder's all
+    /// in one realisation: the kernels they lack then compile on several threads at
+    /// once. (An ONNX embedder's warm-up took 225 s that way on lavapipe, against 56 s
+    /// batch after batch, for reasons not yet found; it keeps the latter.)
     fn run_together(&self, batches: &[Vec<Prepared>]) -> Result<()> {
-        match self {
-            Runner::Bert(emb) => {
-                let ids = |b: &[Prepared]| b.iter().map(|p| p.tokens.clone().unwrap_or_default()).collect::<Vec<_>>();
-                let outs: Vec<Tensor> = batches.iter().map(|b| emb.embed_ids(&ids(b))).collect();
-                tessera::read_all_blocking(&outs).map(drop)
-            }
-            _ => batches.iter().try_for_each(|b| self.run(b).map(drop)),
+        if !matches!(self, Runner::Bert(_)) {
+            return batches.iter().try_for_each(|b| self.run(b).map(drop));
         }
+        let outs: Vec<Tensor> = batches.iter().map(|b| self.embeddings(b)).collect::<Result<_>>()?;
+        tessera::read_all_blocking(&outs).map(drop)
     }
 
     /// An input to warm the model up with.
