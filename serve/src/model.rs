@@ -400,12 +400,10 @@ impl Runner {
         Ok(runs)
     }
 
-    /// Run each of `batches` as [`Runner::run`] would, a native sentence embedder's all
-    /// in one realisation: the kernels they lack then compile on several threads at
-    /// once. (An ONNX embedder's warm-up took 225 s that way on lavapipe, against 56 s
-    /// batch after batch, for reasons not yet found; it keeps the latter.)
+    /// Run each of `batches` as [`Runner::run`] would, a text model's all in one
+    /// realisation: the kernels they lack then compile on several threads at once.
     fn run_together(&self, batches: &[Vec<Prepared>]) -> Result<()> {
-        if !matches!(self, Runner::Bert(_)) {
+        if !self.embeds() {
             return batches.iter().try_for_each(|b| self.run(b).map(drop));
         }
         let outs: Vec<Tensor> = batches.iter().map(|b| self.embeddings(b)).collect::<Result<_>>()?;
