@@ -510,8 +510,7 @@ impl GpuContext {
         source: &str,
         trusted: bool,
     ) -> (Arc<wgpu::ComputePipeline>, Option<wgpu::ErrorScopeGuard>) {
-        if let Some(p) = self.pipelines.lock().ok().and_then(|mut c| c.get(source)) {
-            self.counters.add(Counter::PipelineHits, 1);
+        if let Some(p) = self.cached_pipeline(source) {
             return (p, None);
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -571,9 +570,11 @@ impl GpuContext {
         (p, Some(scope))
     }
 
-    /// Whether the cache holds the pipeline for `source`.
-    pub fn has_pipeline(&self, source: &str) -> bool {
-        self.pipelines.lock().is_ok_and(|c| c.by_source.contains_key(source))
+    /// The cached pipeline for `source`, if any (a hit counted).
+    pub fn cached_pipeline(&self, source: &str) -> Option<Arc<wgpu::ComputePipeline>> {
+        let p = self.pipelines.lock().ok().and_then(|mut c| c.get(source))?;
+        self.counters.add(Counter::PipelineHits, 1);
+        Some(p)
     }
 
     /// Threads that may compile pipelines at once: one on GL, whose use is serialised.

@@ -484,20 +484,27 @@ pub(crate) async fn run(
         }
     };
 
-    // The kernels this submit compiles, on several threads where there are several (a
-    // model's first call, a new class of shapes): the driver compiles each when its
-    // pipeline is created, and lavapipe compiles on every calling thread at once (2.0-2.2x
-    // faster for 12 product and attention kernels on 2 cores). Each keeps its own
-    // validation scope, pushed and popped on the thread that compiles it.
+    // Each kernel's pipeline from the cache, and the ones this submit compiles on
+    // several threads where there are several (a model's first call, a new class of
+    // shapes): the driver compiles each when its pipeline is created, and lavapipe
+    // compiles on every calling thread at once (2.0-2.2x faster for 12 product and
+    // attention kernels on 2 cores). Each keeps its own validation scope, pushed and
+    // popped on the thread that compiles it.
     #[cfg(not(target_arch = "wasm32"))]
     let mut compiled: HashMap<usize, Arc<wgpu::ComputePipeline>> = HashMap::new();
     #[cfg(not(target_arch = "wasm32"))]
     {
         let mut missing: Vec<usize> = Vec::new();
         for (j, s) in specs.iter().enumerate() {
-            let dispatches_any = dispatches[j].iter().any(|d| d.workgroups.iter().all(|&w| w > 0));
-            if dispatches_any && !ctx.has_pipeline(&s.source) && !missing.iter().any(|&m| specs[m].source == s.source) {
-                missing.push(j);
+            if !dispatches[j].iter().any(|d| d.workgroups.iter().all(|&w| w > 0)) {
+                continue;
+            }
+            match ctx.cached_pipeline(&s.source) {
+                Some(p) => {
+                    compiled.insert(j, p);
+                }
+                None if !missing.iter().any(|&m| specs[m].source == s.source) => missing.push(j),
+                None => {}
             }
         }
         let threads = ctx.compile_threads().min(missing.len());
