@@ -578,6 +578,7 @@ impl GpuContext {
     }
 
     /// Threads that may compile pipelines at once: one on GL, whose use is serialised.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn compile_threads(&self) -> usize {
         if self.serial {
             1
