@@ -491,7 +491,7 @@ pub(crate) async fn run(
     // attention kernels on 2 cores). Each keeps its own validation scope, pushed and
     // popped on the thread that compiles it.
     #[cfg(not(target_arch = "wasm32"))]
-    let mut compiled: HashMap<usize, Arc<wgpu::ComputePipeline>> = HashMap::new();
+    let mut pipelines: HashMap<usize, Arc<wgpu::ComputePipeline>> = HashMap::new();
     #[cfg(not(target_arch = "wasm32"))]
     {
         let mut missing: Vec<usize> = Vec::new();
@@ -501,7 +501,7 @@ pub(crate) async fn run(
             }
             match ctx.cached_pipeline(&s.source) {
                 Some(p) => {
-                    compiled.insert(j, p);
+                    pipelines.insert(j, p);
                 }
                 None if !missing.iter().any(|&m| specs[m].source == s.source) => missing.push(j),
                 None => {}
@@ -524,10 +524,11 @@ pub(crate) async fn run(
                         })
                     })
                     .collect();
-                workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+                // A panic in a compiling thread (wgpu's) surfaces here as it would have in this one.
+                workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
             });
             for (j, p, check) in results {
-                compiled.insert(j, p);
+                pipelines.insert(j, p);
                 if let Some(check) = check {
                     compile_checks.push((j, check));
                 }
@@ -589,7 +590,7 @@ pub(crate) async fn run(
                 Some(p) => Arc::clone(p),
                 None => {
                     #[cfg(not(target_arch = "wasm32"))]
-                    let (p, compile_scope) = match compiled.remove(&j) {
+                    let (p, compile_scope) = match pipelines.remove(&j) {
                         Some(p) => (p, None),
                         None => ctx.pipeline(&s.label, &s.source, s.trusted),
                     };
