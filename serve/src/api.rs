@@ -357,13 +357,14 @@ async fn embeddings(State(app): State<App>, req: Request) -> Result<Response, Ap
     };
     check_task(&app, model, true)?;
     let n = texts.len();
-    let tokens: usize = texts.iter().map(|t| t.split_whitespace().count() + 2).sum();
     let inf = infer(&app, model, texts.into_iter().map(Input::Text).collect()).await?;
     let mut data = Vec::with_capacity(n);
+    let mut tokens = 0;
     for (i, o) in inf.outputs.iter().enumerate() {
-        let Output::Embedding(e, text) = o.as_ref() else {
+        let Output::Embedding(e, text, t) = o.as_ref() else {
             return Err(ApiError::new(500, "server_error", "not an embedding"));
         };
+        tokens += t;
         if dims.is_none() && !base64 {
             if let Some(raw) = text.get(e) {
                 data.push(EmbeddingItem { object: "embedding", index: i, embedding: EmbeddingData::Text(raw) });

@@ -109,7 +109,7 @@ fn flatten(v: &Value, out: &mut Vec<f32>) -> Result<(), String> {
 
 fn answer(line: usize, r: Result<Output, String>) -> Value {
     match r {
-        Ok(Output::Embedding(e, _)) => json!({ "line": line, "embedding": e }),
+        Ok(Output::Embedding(e, ..)) => json!({ "line": line, "embedding": e }),
         Ok(Output::Classes(p)) => json!({ "line": line, "label": argmax(&p), "probabilities": p }),
         Ok(Output::Items { items, scores }) => json!({ "line": line, "items": items, "scores": scores }),
         Err(e) => json!({ "line": line, "error": e }),

@@ -43,8 +43,9 @@ impl Input {
 /// One result.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
-    /// A unit-length sentence embedding, and its JSON text once written.
-    Embedding(Vec<f32>, FloatsJson),
+    /// A unit-length sentence embedding, its JSON text once written, and the tokens the
+    /// model read (word pieces, [CLS] and [SEP] included, after truncation).
+    Embedding(Vec<f32>, FloatsJson, usize),
     /// Class probabilities.
     Classes(Vec<f32>),
     /// Recommended items, best first, and their scores.
@@ -52,16 +53,16 @@ pub enum Output {
 }
 
 impl Output {
-    /// An embedding whose JSON text is not written yet.
-    pub fn embedding(v: Vec<f32>) -> Output {
-        Output::Embedding(v, FloatsJson::default())
+    /// An embedding of `tokens` tokens whose JSON text is not written yet.
+    pub fn embedding(v: Vec<f32>, tokens: usize) -> Output {
+        Output::Embedding(v, FloatsJson::default(), tokens)
     }
 
     /// Approximate heap bytes (the cache's weight; an embedding's JSON text counted at
     /// up to 16 bytes a value).
     pub fn bytes(&self) -> u32 {
         let n = match self {
-            Output::Embedding(v, _) => 5 * v.len(),
+            Output::Embedding(v, ..) => 5 * v.len(),
             Output::Classes(v) => v.len(),
             Output::Items { items, .. } => 2 * items.len(),
         };
@@ -272,7 +273,8 @@ impl Runner {
     pub fn run(&self, items: &[Prepared]) -> Result<Vec<Output>> {
         match self {
             Runner::Bert(_) | Runner::OnnxEmbedder { .. } => {
-                rows(&self.embeddings(items)?, items.len(), Output::embedding)
+                let rows = rows(&self.embeddings(items)?, items.len())?;
+                Ok(rows.into_iter().zip(items).map(|(r, p)| Output::embedding(r, p.cost)).collect())
             }
             Runner::Classifier { model, arch, dev } => {
                 let mut px = Vec::with_capacity(items.len() * PIXELS);
@@ -283,7 +285,7 @@ impl Runner {
                 }
                 let x = Tensor::from_slice(&px, tessera::models::mnist::input_shape(arch, items.len()), dev);
                 let probs = model.forward(&x).softmax(-1);
-                rows(&probs, items.len(), Output::Classes)
+                Ok(rows(&probs, items.len())?.into_iter().map(Output::Classes).collect())
             }
             Runner::TwoTower { model, data, items: table, seen } => {
                 // One realisation: the user tower for the batch, scores against every
@@ -426,10 +428,10 @@ impl Runner {
 }
 
 /// Split a `[n, d]` result into rows.
-fn rows(t: &Tensor, n: usize, make: fn(Vec<f32>) -> Output) -> Result<Vec<Output>> {
+fn rows(t: &Tensor, n: usize) -> Result<Vec<Vec<f32>>> {
     let v: Vec<f32> = t.to_vec_blocking()?;
     let d = v.len() / n.max(1);
-    Ok(v.chunks(d.max(1)).map(|c| make(c.to_vec())).collect())
+    Ok(v.chunks(d.max(1)).map(<[f32]>::to_vec).collect())
 }
 
 fn read(p: &Path) -> Result<Vec<u8>> {

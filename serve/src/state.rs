@@ -529,7 +529,7 @@ fn judge(c: &Canary, g: &GuardConfig, embeds: bool) -> Option<String> {
 /// of two top-k lists.
 pub fn agreement(a: &Output, b: &Output) -> f64 {
     match (a, b) {
-        (Output::Embedding(x, _), Output::Embedding(y, _)) => {
+        (Output::Embedding(x, ..), Output::Embedding(y, ..)) => {
             let dot: f64 = x.iter().zip(y).map(|(p, q)| *p as f64 * *q as f64).sum();
             let nx: f64 = x.iter().map(|p| (*p as f64).powi(2)).sum::<f64>().sqrt();
             let ny: f64 = y.iter().map(|p| (*p as f64).powi(2)).sum::<f64>().sqrt();

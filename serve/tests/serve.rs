@@ -151,7 +151,6 @@ fn embeddings_predictions_models_health_and_metrics() {
     assert_eq!(h["x-tessera-version"], "1");
     assert_eq!(one["object"], "list");
     assert_eq!(one["data"][0]["object"], "embedding");
-    assert!(one["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
     let (st, many, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts }));
     assert_eq!(st, 200, "{many}");
     let dev = tessera::Device::cpu();
@@ -162,10 +161,18 @@ fn embeddings_predictions_models_health_and_metrics() {
         let err = got.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(err < 1e-5, "text {i}: max difference {err} from the in-process embedder");
     }
-    // The repeat is a cache hit with the same values; base64 decodes to the same floats.
+    // Usage counts the tokens the model read, [CLS] and [SEP] included.
+    let counts: Vec<u64> = emb.tokenize(&texts).expect("tokenize").iter().map(|t| t.len() as u64).collect();
+    assert_eq!(counts[0], 8, "{counts:?}");
+    assert_eq!(one["usage"]["prompt_tokens"], counts[0]);
+    assert_eq!(one["usage"]["total_tokens"], counts[0]);
+    assert_eq!(many["usage"]["prompt_tokens"], counts.iter().sum::<u64>());
+    // The repeat is a cache hit with the same values and usage; base64 decodes to the
+    // same floats.
     let (_, again, h) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0] }));
     assert_eq!(h["x-cache"], "hit");
     assert_eq!(embedding(&again, 0), embedding(&one, 0));
+    assert_eq!(again["usage"], one["usage"]);
     let (st, b64, _) =
         s.post("/v1/embeddings", &json!({ "model": "minilm", "input": texts[0], "encoding_format": "base64" }));
     assert_eq!(st, 200);
