@@ -371,7 +371,7 @@ impl Runner {
                 // kernels differ by classes of length and batch size (rows per tile,
                 // queries per lane, which tensors fill quads), which a new server's
                 // first sentences would otherwise wait for.
-                let most = max_batch_tokens.min(WARM_SEQ);
+                let most = max_batch_tokens.min(WARM_SEQ).min(self.max_tokens());
                 let lengths = if compiles { b.warm_lengths.min(most) } else { 0 };
                 // n sequences of m, m - 1, .. pieces, where the batcher would form them.
                 let fits = |n: usize, m: usize| m > n && n <= max_batch_size && n * m <= max_batch_tokens;
@@ -381,6 +381,19 @@ impl Runner {
                     batches.push(batch(1, m));
                     if fits(2, m) {
                         batches.push(batch(2, m));
+                    }
+                }
+                // Past the short lengths, where attention is composed of products (an
+                // ONNX graph), each longer class's last five lengths alone, and padded
+                // pairs of three of them (see `long_edges`). The native embedder's fused
+                // attention compiles nothing past 32 pieces (checked up to 256).
+                let composed = matches!(self, Runner::OnnxEmbedder { .. });
+                for edge in if composed { long_edges(lengths, most) } else { Vec::new() } {
+                    batches.extend((edge - 4..=edge).map(|m| batch(1, m)));
+                    for m in [edge - 4, edge - 1, edge] {
+                        if fits(2, m) {
+                            batches.push(batch(2, m));
+                        }
                     }
                 }
                 if fits(4, lengths) {
@@ -400,6 +413,15 @@ impl Runner {
             }
         }
         Ok(runs)
+    }
+
+    /// The most tokens the tokenizer passes on (unbounded for models without one).
+    fn max_tokens(&self) -> usize {
+        match self {
+            Runner::Bert(emb) => emb.tokenizer.max_tokens,
+            Runner::OnnxEmbedder { tokenizer, .. } => tokenizer.max_tokens,
+            _ => usize::MAX,
+        }
     }
 
     /// Run each of `batches` as [`Runner::run`] would, a text model's all in one
@@ -425,6 +447,21 @@ impl Runner {
     pub fn embeds(&self) -> bool {
         matches!(self, Runner::Bert(_) | Runner::OnnxEmbedder { .. })
     }
+}
+
+/// The longest sequence of each class of lengths past `short` (up to `most`) whose
+/// kernels differ where a text model's attention is composed of products (an ONNX
+/// graph): a product over a sequence's L keys takes the wide kernel where L is a
+/// multiple of 8, the subgroup kernel (tiles of L rounded up to 8 rows, at most 64)
+/// where it is one of 4, and the direct kernel otherwise; each takes column blocks by L
+/// (up to 64, 65-128, 129-192, 193-256), and a padded batch's mask makes another
+/// epilogue. So the warm-up runs the lengths `edge - 4 ..= edge` of each, whose residues
+/// mod 8 (4 to 0) reach every kernel. None where the short lengths are not warmed.
+fn long_edges(short: usize, most: usize) -> Vec<usize> {
+    if short == 0 {
+        return Vec::new();
+    }
+    [40, 48, 56, 64, 72, 136, 200, 256].into_iter().filter(|&e| e - 4 > short && e <= most).collect()
 }
 
 /// Split a `[n, d]` result into rows.

@@ -627,6 +627,55 @@ fn a_warm_server_compiles_no_kernel_for_new_sentence_lengths_or_batches() {
 }
 
 #[test]
+fn a_warm_onnx_text_model_compiles_no_kernel_for_long_sentences() {
+    // MiniLM as ONNX composes its attention of products, whose kernels differ by classes
+    // of sequence length past 32 pieces too (tile heights, column blocks, length mod 8,
+    // padding masks): the warm-up runs the last lengths of each class. The short
+    // lengths are warmed only to 8 here, and sequences to 160 pieces, to keep the
+    // warm-up short; every request below has 37 pieces or more.
+    let repo = repo_with(&[]);
+    add_minilm_onnx(repo.path());
+    let s = Server::start(repo.path(), &["--device", "gpu", "--warm-lengths", "8", "--max-batch-tokens", "160"]);
+    let warm = kernels_compiled(&s);
+    let words = ["apple", "river", "stone", "cloud", "horse", "bread", "light", "music", "paper", "green"];
+    // n word pieces in all: [CLS], n - 2 words of one piece each, [SEP].
+    let sentence = |n: usize, salt: usize| -> String {
+        (0..n - 2).map(|i| words[(i * 7 + salt) % words.len()]).collect::<Vec<_>>().join(" ")
+    };
+    let cases: &[&[usize]] = &[
+        &[37],
+        &[38],
+        &[41],
+        &[44],
+        &[46],
+        &[51],
+        &[52],
+        &[60],
+        &[63],
+        &[66],
+        &[68],
+        &[75],
+        &[100],
+        &[129],
+        &[132],
+        &[150],
+        &[158],
+        &[44, 40],
+        &[52, 45],
+        &[63, 61],
+        &[68, 66],
+        &[75, 70],
+    ];
+    for (salt, lengths) in cases.iter().enumerate() {
+        let input: Vec<String> = lengths.iter().map(|&n| sentence(n, salt)).collect();
+        let (st, v, _) = s.post("/v1/embeddings", &json!({ "model": "minilm", "input": input }));
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["usage"]["prompt_tokens"], lengths.iter().sum::<usize>(), "{lengths:?}: not one piece a word");
+        assert_eq!(kernels_compiled(&s), warm, "{lengths:?} word pieces compiled a kernel the warm-up did not");
+    }
+}
+
+#[test]
 fn a_lost_device_answers_503_then_recovers() {
     let repo = repo_with(&[]);
     // (One input to warm up: the kernels of every batch size are not this test's concern.)
@@ -758,13 +807,12 @@ fn sha256_hex(path: &Path) -> String {
 /// ONNX versions (kind `onnx`) serve the same answers as the native ones: MiniLM from
 /// `scripts/make_minilm_onnx.sh`, and the MNIST classifier exported by Tessera itself.
 /// Also `dimensions` and unloading a version.
-#[test]
-fn onnx_versions_answer_like_the_native_ones() {
-    let repo = repo_with(&[]);
+/// Add MiniLM as ONNX (`scripts/make_minilm_onnx.sh`) to `repo` as minilm/2.
+fn add_minilm_onnx(repo: &Path) {
     let minilm_onnx = data_dir().join("minilm/model.onnx");
     assert!(minilm_onnx.exists(), "{} is missing: run `bash scripts/make_minilm_onnx.sh`", minilm_onnx.display());
     let tok = data_dir().join("minilm/tokenizer.json");
-    let v2 = repo.path().join("minilm/2");
+    let v2 = repo.join("minilm/2");
     std::fs::create_dir_all(&v2).unwrap();
     let manifest = json!({
         "kind": "onnx", "task": "embedding", "dtype": "f32",
@@ -774,6 +822,12 @@ fn onnx_versions_answer_like_the_native_ones() {
         }
     });
     std::fs::write(v2.join("manifest.json"), manifest.to_string()).unwrap();
+}
+
+#[test]
+fn onnx_versions_answer_like_the_native_ones() {
+    let repo = repo_with(&[]);
+    add_minilm_onnx(repo.path());
     // The classifier of mnist/1, exported to ONNX by tessera::onnx::export.
     let dev = tessera::Device::cpu();
     let mut model = tessera::models::mnist::build("mlp", 0, &dev).unwrap();
