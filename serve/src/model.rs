@@ -389,9 +389,9 @@ impl Runner {
                 // attention compiles nothing past 32 pieces (checked up to 256).
                 let composed = matches!(self, Runner::OnnxEmbedder { .. });
                 for edge in if composed { long_edges(lengths, most) } else { Vec::new() } {
-                    batches.extend((edge - 4..=edge).map(|m| batch(1, m)));
-                    for m in [edge - 4, edge - 1, edge] {
-                        if fits(2, m) {
+                    batches.extend((edge.saturating_sub(4).max(lengths + 1)..=edge).map(|m| batch(1, m)));
+                    for m in [edge.saturating_sub(4), edge - 1, edge] {
+                        if m > lengths && fits(2, m) {
                             batches.push(batch(2, m));
                         }
                     }
@@ -456,12 +456,16 @@ impl Runner {
 /// where it is one of 4, and the direct kernel otherwise; each takes column blocks by L
 /// (up to 64, 65-128, 129-192, 193-256), and a padded batch's mask makes another
 /// epilogue. So the warm-up runs the lengths `edge - 4 ..= edge` of each, whose residues
-/// mod 8 (4 to 0) reach every kernel. None where the short lengths are not warmed.
+/// mod 8 (4 to 0) reach every kernel (those past `short`); a class cut short by `most`
+/// ends there. None where the short lengths are not warmed.
 fn long_edges(short: usize, most: usize) -> Vec<usize> {
     if short == 0 {
         return Vec::new();
     }
-    [40, 48, 56, 64, 72, 136, 200, 256].into_iter().filter(|&e| e - 4 > short && e <= most).collect()
+    let mut edges: Vec<usize> =
+        [40, 48, 56, 64, 72, 136, 200, 256].into_iter().map(|e| e.min(most)).filter(|&e| e > short).collect();
+    edges.dedup();
+    edges
 }
 
 /// Split a `[n, d]` result into rows.
@@ -473,4 +477,22 @@ fn rows(t: &Tensor, n: usize) -> Result<Vec<Vec<f32>>> {
 
 fn read(p: &Path) -> Result<Vec<u8>> {
     std::fs::read(p).map_err(|e| Error::Io { path: p.display().to_string(), message: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::long_edges;
+
+    #[test]
+    fn long_edges_end_each_class_within_the_longest_sequence() {
+        assert_eq!(long_edges(32, 256), [40, 48, 56, 64, 72, 136, 200, 256]);
+        // A class cut short ends at the longest sequence; the short lengths own the rest.
+        assert_eq!(long_edges(8, 160), [40, 48, 56, 64, 72, 136, 160]);
+        assert_eq!(long_edges(32, 130), [40, 48, 56, 64, 72, 130]);
+        assert_eq!(long_edges(60, 256), [64, 72, 136, 200, 256]);
+        assert_eq!(long_edges(32, 36), [36]);
+        assert!(long_edges(32, 32).is_empty());
+        assert_eq!(long_edges(1, 3), [3]);
+        assert!(long_edges(0, 256).is_empty());
+    }
 }
