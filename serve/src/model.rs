@@ -339,7 +339,8 @@ impl Runner {
 
     /// Run the model on a warm-up input and, with `warm_batches`, for text on a device
     /// that `compiles` kernels (not the CPU backend) every sequence length up to
-    /// `warm_lengths` alone and in a padded pair, then once per row count of
+    /// `warm_lengths` alone and in a padded pair (an ONNX text model also the last
+    /// lengths of each longer class, [`long_edges`]), then once per row count of
     /// [`tessera::kernels::matmul::warm_rows`] up to the largest batch the batcher forms
     /// (`max_batch_tokens` word pieces of text, at most [`WARM_SEQ`] in one sequence, or
     /// `max_batch_size` other inputs): the kernels of short sentences and of large
