@@ -44,7 +44,7 @@ impl Input {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// A unit-length sentence embedding, its JSON text once written, and the tokens the
-    /// model read (word pieces, [CLS] and [SEP] included, after truncation).
+    /// model read (word pieces, `[CLS]` and `[SEP]` included, after truncation).
     Embedding(Vec<f32>, FloatsJson, usize),
     /// Class probabilities.
     Classes(Vec<f32>),
