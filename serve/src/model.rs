@@ -213,14 +213,14 @@ impl Runner {
 
     /// Tokenise or check an input; its batching cost.
     pub fn prepare(&self, input: Input) -> Result<Prepared> {
-        let tokenize = |t: &TextTokenizer, s: &str| -> Result<Vec<u32>> {
-            Ok(t.tokenize(&[s])?.into_iter().next().unwrap_or_default())
-        };
-        let tokens = match (self, &input) {
-            (Runner::Bert(emb), Input::Text(s)) => Some(tokenize(&emb.tokenizer, s)?),
-            (Runner::OnnxEmbedder { tokenizer, .. }, Input::Text(s)) => Some(tokenize(tokenizer, s)?),
-            (Runner::Classifier { .. } | Runner::OnnxClassifier { .. }, Input::Pixels(p)) if p.len() == PIXELS => None,
-            (Runner::TwoTower { data, .. }, Input::User { user, k }) => {
+        let tokens = match (self.tokenizer(), self, &input) {
+            (Some(t), _, Input::Text(s)) => Some(t.tokenize(&[s])?.into_iter().next().unwrap_or_default()),
+            (None, Runner::Classifier { .. } | Runner::OnnxClassifier { .. }, Input::Pixels(p))
+                if p.len() == PIXELS =>
+            {
+                None
+            }
+            (None, Runner::TwoTower { data, .. }, Input::User { user, k }) => {
                 if *user as usize >= data.n_users {
                     return Err(Error::Unsupported(format!(
                         "user {user}: the model knows users 0 to {}",
@@ -372,7 +372,7 @@ impl Runner {
                 // kernels differ by classes of length and batch size (rows per tile,
                 // queries per lane, which tensors fill quads), which a new server's
                 // first sentences would otherwise wait for.
-                let most = max_batch_tokens.min(WARM_SEQ).min(self.max_tokens());
+                let most = max_batch_tokens.min(WARM_SEQ).min(self.tokenizer().map_or(usize::MAX, |t| t.max_tokens));
                 let lengths = if compiles { b.warm_lengths.min(most) } else { 0 };
                 // n sequences of m, m - 1, .. pieces, where the batcher would form them.
                 let fits = |n: usize, m: usize| m > n && n <= max_batch_size && n * m <= max_batch_tokens;
@@ -416,12 +416,12 @@ impl Runner {
         Ok(runs)
     }
 
-    /// The most tokens the tokenizer passes on (unbounded for models without one).
-    fn max_tokens(&self) -> usize {
+    /// A text model's tokenizer.
+    fn tokenizer(&self) -> Option<&TextTokenizer> {
         match self {
-            Runner::Bert(emb) => emb.tokenizer.max_tokens,
-            Runner::OnnxEmbedder { tokenizer, .. } => tokenizer.max_tokens,
-            _ => usize::MAX,
+            Runner::Bert(emb) => Some(&emb.tokenizer),
+            Runner::OnnxEmbedder { tokenizer, .. } => Some(tokenizer),
+            _ => None,
         }
     }
 
