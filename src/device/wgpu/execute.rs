@@ -507,7 +507,9 @@ pub(crate) async fn run(
                 None => {}
             }
         }
-        let threads = ctx.compile_threads().min(missing.len());
+        // (The thread count is asked only then: `available_parallelism` reads the
+        // cgroup's quota each time, and a replayed plan compiles nothing.)
+        let threads = if missing.len() > 1 { ctx.compile_threads().min(missing.len()) } else { 1 };
         if threads > 1 {
             let next = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<_> = std::thread::scope(|sc| {
